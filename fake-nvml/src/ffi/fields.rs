@@ -1,0 +1,80 @@
+//! `nvmlDeviceGetFieldValues`: the field ids the exporter reads this way (remapped
+//! rows, the recovery action, ECC mode, PCIe replays). Every other id answers
+//! `NVML_ERROR_NOT_SUPPORTED` in its own slot, as a real driver does for ids a board
+//! lacks, while the call itself succeeds.
+
+use std::ffi::c_int;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlFieldValue_t, nvmlReturn_t, nvmlValue_t};
+
+use super::{device_call, ret};
+use crate::node::SimGpu;
+
+const FI_ECC_CURRENT: u32 = 1;
+const FI_ECC_PENDING: u32 = 2;
+const FI_PCIE_REPLAY_COUNTER: u32 = 94;
+const FI_REMAPPED_COR: u32 = 142;
+const FI_REMAPPED_UNC: u32 = 143;
+const FI_REMAPPED_PENDING: u32 = 144;
+const FI_REMAPPED_FAILURE: u32 = 145;
+const FI_GPU_RECOVERY_ACTION: u32 = 230;
+
+const VALUE_UNSIGNED_INT: u32 = 1;
+const VALUE_UNSIGNED_LONG_LONG: u32 = 3;
+
+enum Answer {
+    Uint(u32),
+    Ull(u64),
+}
+
+fn answer(gpu: &SimGpu, field: u32, t: f64) -> Result<Answer, nvmlReturn_t> {
+    let model = gpu.spec.model;
+    let rows = || if model.row_remapping { Ok(gpu.remapped_rows(t)) } else { Err(ret::NOT_SUPPORTED) };
+    Ok(match field {
+        FI_ECC_CURRENT | FI_ECC_PENDING if model.ecc_supported => Answer::Uint(u32::from(gpu.spec.ecc_enabled)),
+        FI_PCIE_REPLAY_COUNTER => Answer::Ull(gpu.pcie_replays(t)),
+        FI_REMAPPED_COR => Answer::Uint(rows()?.correctable),
+        FI_REMAPPED_UNC => Answer::Uint(rows()?.uncorrectable),
+        FI_REMAPPED_PENDING => Answer::Uint(u32::from(rows()?.pending)),
+        FI_REMAPPED_FAILURE => Answer::Uint(u32::from(rows()?.failed)),
+        FI_GPU_RECOVERY_ACTION => Answer::Uint(gpu.recovery_action(t).code()),
+        _ => return Err(ret::NOT_SUPPORTED),
+    })
+}
+
+/// # Safety
+/// `values` is null or points to `values_count` initialised entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
+    device: nvmlDevice_t,
+    values_count: c_int,
+    values: *mut nvmlFieldValue_t,
+) -> nvmlReturn_t {
+    device_call("nvmlDeviceGetFieldValues", device, |gpu, t| {
+        if values.is_null() || values_count < 0 {
+            return Err(ret::INVALID_ARGUMENT);
+        }
+        let now_us = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+        // SAFETY: the caller passes `values_count` entries with `fieldId` set.
+        let slots = unsafe { std::slice::from_raw_parts_mut(values, values_count as usize) };
+        for slot in slots {
+            slot.timestamp = now_us;
+            slot.latencyUsec = 0;
+            match answer(gpu, slot.fieldId, t) {
+                Ok(Answer::Uint(v)) => {
+                    slot.valueType = VALUE_UNSIGNED_INT;
+                    slot.value = nvmlValue_t { uiVal: v };
+                    slot.nvmlReturn = ret::SUCCESS;
+                }
+                Ok(Answer::Ull(v)) => {
+                    slot.valueType = VALUE_UNSIGNED_LONG_LONG;
+                    slot.value = nvmlValue_t { ullVal: v };
+                    slot.nvmlReturn = ret::SUCCESS;
+                }
+                Err(code) => slot.nvmlReturn = code,
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,138 @@
+//! The exported NVML C API: global library state, handle encoding and the guard every
+//! exported function runs its body in.
+//!
+//! Each exported function has the exact signature of the symbol `nvml-wrapper-sys`
+//! loads (checked at compile time in [`abi_check`]), validates its pointers, answers
+//! `NVML_ERROR_UNINITIALIZED` before `nvmlInit`, `NVML_ERROR_GPU_IS_LOST` on a lost
+//! GPU, blocks inside a scheduled hang, and never lets a panic cross the C boundary.
+
+mod abi_check;
+mod device;
+mod events;
+mod fields;
+mod system;
+
+use std::ffi::c_char;
+use std::os::raw::c_uint;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex, RwLock};
+
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t};
+
+use crate::clock::Clock;
+use crate::node::{Node, SimGpu};
+
+/// NVML return codes used here.
+pub mod ret {
+    use nvml_wrapper_sys::bindings::nvmlReturn_t;
+    pub const SUCCESS: nvmlReturn_t = 0;
+    pub const UNINITIALIZED: nvmlReturn_t = 1;
+    pub const INVALID_ARGUMENT: nvmlReturn_t = 2;
+    pub const NOT_SUPPORTED: nvmlReturn_t = 3;
+    pub const NO_PERMISSION: nvmlReturn_t = 4;
+    pub const NOT_FOUND: nvmlReturn_t = 6;
+    pub const INSUFFICIENT_SIZE: nvmlReturn_t = 7;
+    pub const DRIVER_NOT_LOADED: nvmlReturn_t = 9;
+    pub const TIMEOUT: nvmlReturn_t = 10;
+    pub const GPU_IS_LOST: nvmlReturn_t = 15;
+    pub const ARGUMENT_VERSION_MISMATCH: nvmlReturn_t = 25;
+    pub const UNKNOWN: nvmlReturn_t = 999;
+}
+
+type CallResult = Result<(), nvmlReturn_t>;
+
+/// What `nvmlInit` set up; dropped by the last `nvmlShutdown`.
+#[derive(Debug)]
+struct Loaded {
+    node: Node,
+    clock: Clock,
+}
+
+static STATE: RwLock<Option<Arc<Loaded>>> = RwLock::new(None);
+static INIT_COUNT: Mutex<u32> = Mutex::new(0);
+
+/// Handles are addresses inside this array: GPU `i` is `&DEVICE_SLOTS[i]`.
+const MAX_GPUS: usize = 64;
+static DEVICE_SLOTS: [u8; MAX_GPUS] = [0; MAX_GPUS];
+
+fn device_handle(index: usize) -> nvmlDevice_t {
+    DEVICE_SLOTS[index.min(MAX_GPUS - 1)..].as_ptr() as nvmlDevice_t
+}
+
+fn loaded() -> Result<Arc<Loaded>, nvmlReturn_t> {
+    let guard = STATE.read().map_err(|_| ret::UNKNOWN)?;
+    guard.clone().ok_or(ret::UNINITIALIZED)
+}
+
+impl Loaded {
+    fn gpu(&self, handle: nvmlDevice_t) -> Result<&SimGpu, nvmlReturn_t> {
+        let offset = (handle as usize).wrapping_sub(DEVICE_SLOTS.as_ptr() as usize);
+        self.node.gpus.get(offset).filter(|_| offset < MAX_GPUS).ok_or(ret::INVALID_ARGUMENT)
+    }
+}
+
+/// Runs `body`, turning its result into an NVML code and a panic into `UNKNOWN`.
+fn guard(body: impl FnOnce() -> CallResult) -> nvmlReturn_t {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => ret::SUCCESS,
+        Ok(Err(code)) => code,
+        Err(_) => ret::UNKNOWN,
+    }
+}
+
+/// The common prologue of a per-GPU call named `call`: state, handle, hang, lost.
+fn device_call(call: &str, device: nvmlDevice_t, body: impl FnOnce(&SimGpu, f64) -> CallResult) -> nvmlReturn_t {
+    guard(|| {
+        let state = loaded()?;
+        let gpu = state.gpu(device)?;
+        let t = hang_then_now(&state, gpu, call);
+        if gpu.is_lost(t) {
+            return Err(ret::GPU_IS_LOST);
+        }
+        body(gpu, t)
+    })
+}
+
+/// Blocks for the rest of a scheduled hang on `call`, then returns the time.
+fn hang_then_now(state: &Loaded, gpu: &SimGpu, call: &str) -> f64 {
+    let t = state.clock.now();
+    match gpu.hang_remaining(call, t) {
+        Some(left) => {
+            std::thread::sleep(state.clock.real_duration(left));
+            state.clock.now()
+        }
+        None => t,
+    }
+}
+
+/// Writes `value` through an out-pointer, refusing null.
+///
+/// # Safety
+/// `ptr` is null or valid for a write of `T`.
+unsafe fn put<T>(ptr: *mut T, value: T) -> CallResult {
+    if ptr.is_null() {
+        return Err(ret::INVALID_ARGUMENT);
+    }
+    // SAFETY: non-null, and the caller guarantees validity.
+    unsafe { ptr.write(value) };
+    Ok(())
+}
+
+/// Copies `text` and its NUL into a caller buffer of `len` bytes.
+///
+/// # Safety
+/// `buf` is null or valid for `len` bytes.
+unsafe fn put_str(buf: *mut c_char, len: c_uint, text: &str) -> CallResult {
+    if buf.is_null() {
+        return Err(ret::INVALID_ARGUMENT);
+    }
+    if (len as usize) < text.len() + 1 {
+        return Err(ret::INSUFFICIENT_SIZE);
+    }
+    // SAFETY: the buffer holds at least text.len() + 1 bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), buf, text.len());
+        buf.add(text.len()).write(0);
+    }
+    Ok(())
+}

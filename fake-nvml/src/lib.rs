@@ -1,0 +1,16 @@
+//! fake-nvml: a simulated GPU node behind the real NVML C ABI.
+//!
+//! Built as a shared library (`libfake_nvml.so`) that `nvml-wrapper` loads through
+//! `Nvml::builder().lib_path(..)` exactly as it loads `libnvidia-ml.so.1` on a GPU
+//! node, so the exporter's NVML code path runs for real in tests and in the demo.
+//! The node it simulates comes from the scenario file named by `FAKE_NVML_SCENARIO`
+//! (see [`scenario`]); scenario time comes from [`clock`].
+//!
+//! Layers, one-directional: [`scenario`] (file format and checks) -> [`node`] (values
+//! and fault state at time t) -> `ffi` (the exported C functions).
+
+pub mod clock;
+mod ffi;
+pub mod models;
+pub mod node;
+pub mod scenario;

@@ -1,0 +1,222 @@
+//! The GPU models a scenario can put in a node, with what each one really supports.
+//!
+//! Figures are those the driver reports for each board (names as NVML spells them,
+//! memory as `nvidia-smi` shows it, default power limit, maximum clocks, thermal
+//! thresholds) and the feature set that decides which NVML calls answer
+//! `NVML_ERROR_NOT_SUPPORTED`: no MIG on L40S and RTX 4090, no GPM before Hopper, no
+//! NVENC on A100/H100/H200, no ECC on the RTX 4090, page retirement before Ampere and
+//! row remapping from Ampere on. Thresholds are typical board values, close enough for
+//! the exporter's and the health loop's logic; a scenario can override them per GPU.
+
+/// Static description of a GPU model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Model {
+    /// Scenario key, e.g. `H100-SXM5-80GB`.
+    pub key: &'static str,
+    /// `nvmlDeviceGetName`.
+    pub name: &'static str,
+    /// `nvmlDeviceArchitecture_t`.
+    pub architecture: u32,
+    pub compute_capability: (i32, i32),
+    pub pci_device_id: u32,
+    pub memory_total_bytes: u64,
+    /// Memory the driver keeps for itself (`nvmlMemory_v2_t.reserved`).
+    pub memory_reserved_bytes: u64,
+    pub power_limit_watts: f64,
+    pub max_sm_clock_mhz: u32,
+    pub max_mem_clock_mhz: u32,
+    pub temp_shutdown_c: u32,
+    pub temp_slowdown_c: u32,
+    pub temp_gpu_max_c: u32,
+    /// `None` where the board has no memory temperature threshold.
+    pub temp_mem_max_c: Option<u32>,
+    pub ecc_supported: bool,
+    pub nvenc: bool,
+    pub nvdec: bool,
+    pub mig_capable: bool,
+    pub gpm: bool,
+    pub row_remapping: bool,
+    pub page_retirement: bool,
+    pub pcie_gen: u32,
+}
+
+const MIB: u64 = 1024 * 1024;
+
+/// Every model the simulator knows.
+pub const MODELS: &[Model] = &[
+    Model {
+        key: "A100-SXM4-80GB",
+        name: "NVIDIA A100-SXM4-80GB",
+        architecture: 7,
+        compute_capability: (8, 0),
+        pci_device_id: 0x20B2_10DE,
+        memory_total_bytes: 81920 * MIB,
+        memory_reserved_bytes: 512 * MIB,
+        power_limit_watts: 400.0,
+        max_sm_clock_mhz: 1410,
+        max_mem_clock_mhz: 1593,
+        temp_shutdown_c: 92,
+        temp_slowdown_c: 89,
+        temp_gpu_max_c: 85,
+        temp_mem_max_c: Some(95),
+        ecc_supported: true,
+        nvenc: false,
+        nvdec: true,
+        mig_capable: true,
+        gpm: false,
+        row_remapping: true,
+        page_retirement: false,
+        pcie_gen: 4,
+    },
+    Model {
+        key: "H100-SXM5-80GB",
+        name: "NVIDIA H100 80GB HBM3",
+        architecture: 9,
+        compute_capability: (9, 0),
+        pci_device_id: 0x2330_10DE,
+        memory_total_bytes: 81559 * MIB,
+        memory_reserved_bytes: 523 * MIB,
+        power_limit_watts: 700.0,
+        max_sm_clock_mhz: 1980,
+        max_mem_clock_mhz: 2619,
+        temp_shutdown_c: 92,
+        temp_slowdown_c: 89,
+        temp_gpu_max_c: 87,
+        temp_mem_max_c: Some(95),
+        ecc_supported: true,
+        nvenc: false,
+        nvdec: true,
+        mig_capable: true,
+        gpm: true,
+        row_remapping: true,
+        page_retirement: false,
+        pcie_gen: 5,
+    },
+    Model {
+        key: "H200-SXM-141GB",
+        name: "NVIDIA H200",
+        architecture: 9,
+        compute_capability: (9, 0),
+        pci_device_id: 0x2335_10DE,
+        memory_total_bytes: 143771 * MIB,
+        memory_reserved_bytes: 555 * MIB,
+        power_limit_watts: 700.0,
+        max_sm_clock_mhz: 1980,
+        max_mem_clock_mhz: 3201,
+        temp_shutdown_c: 92,
+        temp_slowdown_c: 89,
+        temp_gpu_max_c: 87,
+        temp_mem_max_c: Some(95),
+        ecc_supported: true,
+        nvenc: false,
+        nvdec: true,
+        mig_capable: true,
+        gpm: true,
+        row_remapping: true,
+        page_retirement: false,
+        pcie_gen: 5,
+    },
+    Model {
+        key: "L40S-48GB",
+        name: "NVIDIA L40S",
+        architecture: 8,
+        compute_capability: (8, 9),
+        pci_device_id: 0x26B9_10DE,
+        memory_total_bytes: 46068 * MIB,
+        memory_reserved_bytes: 414 * MIB,
+        power_limit_watts: 350.0,
+        max_sm_clock_mhz: 2520,
+        max_mem_clock_mhz: 9001,
+        temp_shutdown_c: 98,
+        temp_slowdown_c: 95,
+        temp_gpu_max_c: 88,
+        temp_mem_max_c: None,
+        ecc_supported: true,
+        nvenc: true,
+        nvdec: true,
+        mig_capable: false,
+        gpm: false,
+        row_remapping: true,
+        page_retirement: false,
+        pcie_gen: 4,
+    },
+    Model {
+        key: "RTX-4090-24GB",
+        name: "NVIDIA GeForce RTX 4090",
+        architecture: 8,
+        compute_capability: (8, 9),
+        pci_device_id: 0x2684_10DE,
+        memory_total_bytes: 24564 * MIB,
+        memory_reserved_bytes: 312 * MIB,
+        power_limit_watts: 450.0,
+        max_sm_clock_mhz: 3105,
+        max_mem_clock_mhz: 10501,
+        temp_shutdown_c: 97,
+        temp_slowdown_c: 94,
+        temp_gpu_max_c: 90,
+        temp_mem_max_c: None,
+        ecc_supported: false,
+        nvenc: true,
+        nvdec: true,
+        mig_capable: false,
+        gpm: false,
+        row_remapping: false,
+        page_retirement: false,
+        pcie_gen: 4,
+    },
+    Model {
+        key: "V100-SXM2-32GB",
+        name: "Tesla V100-SXM2-32GB",
+        architecture: 5,
+        compute_capability: (7, 0),
+        pci_device_id: 0x1DB5_10DE,
+        memory_total_bytes: 32768 * MIB,
+        memory_reserved_bytes: 0,
+        power_limit_watts: 300.0,
+        max_sm_clock_mhz: 1530,
+        max_mem_clock_mhz: 877,
+        temp_shutdown_c: 90,
+        temp_slowdown_c: 87,
+        temp_gpu_max_c: 83,
+        temp_mem_max_c: Some(85),
+        ecc_supported: true,
+        nvenc: true,
+        nvdec: true,
+        mig_capable: false,
+        gpm: false,
+        row_remapping: false,
+        page_retirement: true,
+        pcie_gen: 3,
+    },
+];
+
+/// Looks a model up by its scenario key (case-insensitive).
+pub fn find(key: &str) -> Option<&'static Model> {
+    MODELS.iter().find(|m| m.key.eq_ignore_ascii_case(key))
+}
+
+/// The keys, for error messages.
+pub fn keys() -> Vec<&'static str> {
+    MODELS.iter().map(|m| m.key).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_table_models_have_their_real_capabilities() {
+        let mig: Vec<_> = MODELS.iter().filter(|m| m.mig_capable).map(|m| m.key).collect();
+        assert_eq!(mig, ["A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB"]);
+        let gpm: Vec<_> = MODELS.iter().filter(|m| m.gpm).map(|m| m.key).collect();
+        assert_eq!(gpm, ["H100-SXM5-80GB", "H200-SXM-141GB"]);
+        assert!(find("rtx-4090-24gb").is_some_and(|m| !m.ecc_supported));
+    }
+
+    #[test]
+    fn only_pre_ampere_retires_pages() {
+        for m in MODELS {
+            assert_eq!(m.page_retirement, m.architecture < 7, "{}", m.key);
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! The simulated node at a given scenario time: readings, counters and fault state.
+//!
+//! Everything here is computed from the resolved [`Scenario`] and a time `t`; the only
+//! state kept is the energy integral, which needs the power history.
+
+use std::sync::Mutex;
+
+use crate::scenario::{FaultKind, Gpu, RecoveryAction, Scenario, Signal};
+
+/// The simulated node.
+#[derive(Debug)]
+pub struct Node {
+    pub scenario: Scenario,
+    pub gpus: Vec<SimGpu>,
+}
+
+/// One simulated GPU.
+#[derive(Debug)]
+pub struct SimGpu {
+    pub spec: Gpu,
+    energy: Mutex<EnergyIntegral>,
+}
+
+#[derive(Debug)]
+struct EnergyIntegral {
+    t: f64,
+    joules: f64,
+}
+
+/// Row-remapping state (`nvmlDeviceGetRemappedRows`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemappedRows {
+    pub correctable: u32,
+    pub uncorrectable: u32,
+    pub pending: bool,
+    pub failed: bool,
+}
+
+/// Page-retirement state (`nvmlDeviceGetRetiredPages*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetiredPages {
+    pub single_bit: u32,
+    pub double_bit: u32,
+    pub pending: bool,
+}
+
+/// ECC counters (`nvmlDeviceGetTotalEccErrors`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EccCounts {
+    pub corrected_volatile: u64,
+    pub uncorrected_volatile: u64,
+    pub corrected_aggregate: u64,
+    pub uncorrected_aggregate: u64,
+}
+
+impl Node {
+    pub fn new(scenario: Scenario) -> Self {
+        let gpus = scenario
+            .gpus
+            .iter()
+            .map(|spec| SimGpu {
+                energy: Mutex::new(EnergyIntegral { t: 0.0, joules: spec.counters.energy_joules }),
+                spec: spec.clone(),
+            })
+            .collect();
+        Node { scenario, gpus }
+    }
+}
+
+fn value(signal: &Option<Signal>, t: f64, default: f64) -> f64 {
+    signal.as_ref().map_or(default, |s| s.at(t))
+}
+
+impl SimGpu {
+    /// The faults whose time has come, in order.
+    fn faults_until(&self, t: f64) -> impl Iterator<Item = &crate::scenario::Fault> {
+        self.spec.faults.iter().take_while(move |f| f.at_s <= t)
+    }
+
+    /// Time of the last reset at or before `t` (0 if none).
+    fn last_reset(&self, t: f64) -> f64 {
+        self.faults_until(t).filter(|f| f.kind == FaultKind::Reset).map(|f| f.at_s).last().unwrap_or(f64::NEG_INFINITY)
+    }
+
+    pub fn is_lost(&self, t: f64) -> bool {
+        let mut lost = false;
+        for f in self.faults_until(t) {
+            match f.kind {
+                FaultKind::Lost => lost = true,
+                FaultKind::Reset => lost = false,
+                _ => {}
+            }
+        }
+        lost
+    }
+
+    /// If `call` is inside a hang window at `t`, the scenario seconds left in it.
+    pub fn hang_remaining(&self, call: &str, t: f64) -> Option<f64> {
+        self.faults_until(t)
+            .filter_map(|f| match &f.kind {
+                FaultKind::Hang { call: c, for_s } if (c == "*" || c == call) && t < f.at_s + for_s => {
+                    Some(f.at_s + for_s - t)
+                }
+                _ => None,
+            })
+            .reduce(f64::max)
+    }
+
+    pub fn utilization(&self, t: f64) -> u32 {
+        percent(value(&self.spec.values.utilization, t, 0.0))
+    }
+
+    pub fn memory_activity(&self, t: f64) -> u32 {
+        percent(value(&self.spec.values.memory_activity, t, 0.0))
+    }
+
+    pub fn memory_used_bytes(&self, t: f64) -> u64 {
+        let mib = value(&self.spec.values.memory_used_mib, t, 0.0).max(0.0);
+        let usable = self.spec.model.memory_total_bytes - self.spec.model.memory_reserved_bytes;
+        ((mib * 1024.0 * 1024.0) as u64).min(usable)
+    }
+
+    pub fn power_watts(&self, t: f64) -> f64 {
+        let default = self.spec.power_limit_watts * 0.1;
+        value(&self.spec.values.power_watts, t, default).clamp(0.0, self.spec.power_limit_watts * 1.2)
+    }
+
+    /// Total energy in joules: the starting value plus the integral of power.
+    pub fn energy_joules(&self, t: f64) -> f64 {
+        let mut integral = match self.energy.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // Trapezoids of at most one second keep periodic power shapes accurate.
+        while integral.t < t {
+            let step = (t - integral.t).min(1.0);
+            let p0 = self.power_watts(integral.t);
+            let p1 = self.power_watts(integral.t + step);
+            integral.joules += (p0 + p1) / 2.0 * step;
+            integral.t += step;
+        }
+        integral.joules
+    }
+
+    pub fn temperature_c(&self, t: f64) -> u32 {
+        let base = value(&self.spec.values.temperature_c, t, 35.0);
+        let reset = self.last_reset(t);
+        let ramp = self
+            .faults_until(t)
+            .filter(|f| f.at_s > reset)
+            .filter_map(|f| match f.kind {
+                FaultKind::TemperatureRamp { to, over_s } => Some((f.at_s, to, over_s)),
+                _ => None,
+            })
+            .last();
+        let celsius = match ramp {
+            Some((at, to, over_s)) => {
+                let from = value(&self.spec.values.temperature_c, at, 35.0);
+                from + (to - from) * ((t - at) / over_s).clamp(0.0, 1.0)
+            }
+            None => base,
+        };
+        celsius.round().clamp(0.0, 200.0) as u32
+    }
+
+    pub fn sm_clock_mhz(&self, t: f64) -> u32 {
+        let max = f64::from(self.spec.model.max_sm_clock_mhz);
+        value(&self.spec.values.sm_clock_mhz, t, max).round().clamp(0.0, max) as u32
+    }
+
+    pub fn mem_clock_mhz(&self, t: f64) -> u32 {
+        let max = f64::from(self.spec.model.max_mem_clock_mhz);
+        value(&self.spec.values.mem_clock_mhz, t, max).round().clamp(0.0, max) as u32
+    }
+
+    pub fn encoder_utilization(&self, t: f64) -> u32 {
+        percent(value(&self.spec.values.encoder_utilization, t, 0.0))
+    }
+
+    pub fn decoder_utilization(&self, t: f64) -> u32 {
+        percent(value(&self.spec.values.decoder_utilization, t, 0.0))
+    }
+
+    /// PCIe throughput in KB/s, as NVML reports it.
+    pub fn pcie_kbps(&self, transmit: bool, t: f64) -> u32 {
+        let signal = if transmit {
+            &self.spec.values.pcie_tx_bytes_per_second
+        } else {
+            &self.spec.values.pcie_rx_bytes_per_second
+        };
+        (value(signal, t, 0.0).max(0.0) / 1024.0).round().min(f64::from(u32::MAX)) as u32
+    }
+
+    pub fn performance_state(&self, t: f64) -> u32 {
+        value(&self.spec.values.performance_state, t, 0.0).round().clamp(0.0, 15.0) as u32
+    }
+
+    pub fn pcie_replays(&self, t: f64) -> u64 {
+        self.spec.counters.pcie_replays
+            + self
+                .faults_until(t)
+                .map(|f| match f.kind {
+                    FaultKind::PcieReplays(n) => n,
+                    _ => 0,
+                })
+                .sum::<u64>()
+    }
+
+    pub fn ecc_counts(&self, t: f64) -> EccCounts {
+        let reset = self.last_reset(t);
+        let mut counts = EccCounts {
+            corrected_aggregate: self.spec.counters.ecc_corrected_aggregate,
+            uncorrected_aggregate: self.spec.counters.ecc_uncorrected_aggregate,
+            ..EccCounts::default()
+        };
+        for f in self.faults_until(t) {
+            if let FaultKind::EccErrors { corrected, uncorrected } = f.kind {
+                counts.corrected_aggregate += corrected;
+                counts.uncorrected_aggregate += uncorrected;
+                if f.at_s > reset {
+                    counts.corrected_volatile += corrected;
+                    counts.uncorrected_volatile += uncorrected;
+                }
+            }
+        }
+        counts
+    }
+
+    pub fn remapped_rows(&self, t: f64) -> RemappedRows {
+        let mut rows = RemappedRows::default();
+        for f in self.faults_until(t) {
+            match f.kind {
+                FaultKind::RemappedRows { correctable, uncorrectable, pending, failed } => {
+                    rows.correctable += correctable;
+                    rows.uncorrectable += uncorrectable;
+                    rows.pending |= pending;
+                    rows.failed |= failed;
+                }
+                // A reset applies pending remaps; a failure stays until the board is replaced.
+                FaultKind::Reset => rows.pending = false,
+                _ => {}
+            }
+        }
+        rows
+    }
+
+    pub fn retired_pages(&self, t: f64) -> RetiredPages {
+        let mut pages = RetiredPages::default();
+        for f in self.faults_until(t) {
+            match f.kind {
+                FaultKind::RetiredPages { single_bit, double_bit, pending } => {
+                    pages.single_bit += single_bit;
+                    pages.double_bit += double_bit;
+                    pages.pending |= pending;
+                }
+                FaultKind::Reset => pages.pending = false,
+                _ => {}
+            }
+        }
+        pages
+    }
+
+    pub fn recovery_action(&self, t: f64) -> RecoveryAction {
+        let mut action = RecoveryAction::None;
+        for f in self.faults_until(t) {
+            match f.kind {
+                FaultKind::RecoveryAction(a) => action = a,
+                FaultKind::Reset => action = RecoveryAction::None,
+                _ => {}
+            }
+        }
+        action
+    }
+
+    /// The active clock-event reasons as NVML's bit mask.
+    pub fn clock_event_reasons(&self, t: f64) -> u64 {
+        let mut mask = 0;
+        if self.utilization(t) == 0 {
+            mask |= 0x1; // GPU idle
+        }
+        if self.power_watts(t) >= self.spec.power_limit_watts * 0.98 {
+            mask |= 0x4; // software power cap
+        }
+        for f in self.faults_until(t) {
+            if let FaultKind::ClockEvents { reasons, for_s } = &f.kind
+                && for_s.is_none_or(|d| t < f.at_s + d)
+            {
+                mask |= reasons.iter().fold(0, |m, r| m | r.bit());
+            }
+        }
+        mask
+    }
+
+    /// XID events scheduled on this GPU: `(at_s, xid)` in time order.
+    pub fn xid_events(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
+        self.spec.faults.iter().filter_map(|f| match f.kind {
+            FaultKind::Xid(x) => Some((f.at_s, x)),
+            _ => None,
+        })
+    }
+}
+
+fn percent(v: f64) -> u32 {
+    v.round().clamp(0.0, 100.0) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(gpu_yaml: &str) -> Node {
+        let text = format!("gpus:\n  - {gpu_yaml}\n");
+        Node::new(Scenario::parse("t.yaml", &text).unwrap())
+    }
+
+    #[test]
+    fn lost_until_reset() {
+        let n = node("{model: H100-SXM5-80GB, faults: [{at_s: 10, lost: true}, {at_s: 20, reset: true}]}");
+        let g = &n.gpus[0];
+        assert!(!g.is_lost(9.9));
+        assert!(g.is_lost(10.0));
+        assert!(!g.is_lost(20.0));
+    }
+
+    #[test]
+    fn hang_window_names_the_call() {
+        let n = node("{model: H100-SXM5-80GB, faults: [{at_s: 5, hang: {call: nvmlDeviceGetPowerUsage, for_s: 3}}]}");
+        let g = &n.gpus[0];
+        assert_eq!(g.hang_remaining("nvmlDeviceGetPowerUsage", 6.0), Some(2.0));
+        assert_eq!(g.hang_remaining("nvmlDeviceGetName", 6.0), None);
+        assert_eq!(g.hang_remaining("nvmlDeviceGetPowerUsage", 8.0), None);
+    }
+
+    #[test]
+    fn ecc_volatile_clears_on_reset_aggregate_does_not() {
+        let n = node(
+            "{model: A100-SXM4-80GB, counters: {ecc_corrected_aggregate: 4}, faults: [{at_s: 1, ecc_errors: {corrected: 3, uncorrected: 1}}, {at_s: 2, reset: true}]}",
+        );
+        let g = &n.gpus[0];
+        let before = g.ecc_counts(1.5);
+        assert_eq!((before.corrected_volatile, before.uncorrected_volatile), (3, 1));
+        assert_eq!(before.corrected_aggregate, 7);
+        let after = g.ecc_counts(2.0);
+        assert_eq!((after.corrected_volatile, after.uncorrected_volatile), (0, 0));
+        assert_eq!(after.uncorrected_aggregate, 1);
+    }
+
+    #[test]
+    fn temperature_ramp_starts_from_the_current_value() {
+        let n = node(
+            "{model: H100-SXM5-80GB, values: {temperature_c: 60}, faults: [{at_s: 100, temperature_ramp: {to: 96, over_s: 36}}]}",
+        );
+        let g = &n.gpus[0];
+        assert_eq!(g.temperature_c(50.0), 60);
+        assert_eq!(g.temperature_c(118.0), 78);
+        assert_eq!(g.temperature_c(500.0), 96);
+    }
+
+    #[test]
+    fn energy_integrates_power() {
+        let n = node("{model: H100-SXM5-80GB, values: {power_watts: 300}, counters: {energy_joules: 1000}}");
+        let g = &n.gpus[0];
+        assert_eq!(g.energy_joules(0.0), 1000.0);
+        assert!((g.energy_joules(10.0) - 4000.0).abs() < 1e-6);
+        assert!((g.energy_joules(10.0) - 4000.0).abs() < 1e-6, "stable when time stands still");
+    }
+
+    #[test]
+    fn memory_used_never_exceeds_what_is_usable() {
+        let n = node("{model: RTX-4090-24GB, values: {memory_used_mib: 999999}}");
+        let g = &n.gpus[0];
+        assert_eq!(g.memory_used_bytes(0.0), (24564 - 312) * 1024 * 1024);
+    }
+
+    #[test]
+    fn clock_events_expire() {
+        let n = node(
+            "{model: H100-SXM5-80GB, values: {utilization: 50}, faults: [{at_s: 5, clock_events: {reasons: [hw_thermal_slowdown], for_s: 10}}]}",
+        );
+        let g = &n.gpus[0];
+        assert_eq!(g.clock_event_reasons(4.0), 0);
+        assert_eq!(g.clock_event_reasons(6.0), 0x40);
+        assert_eq!(g.clock_event_reasons(15.0), 0);
+    }
+}

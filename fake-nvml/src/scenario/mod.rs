@@ -1,0 +1,445 @@
+//! The scenario file: one simulated GPU node, read from the path in `FAKE_NVML_SCENARIO`.
+//!
+//! A scenario lists the node's GPUs (a model from [`crate::models`] plus per-GPU
+//! overrides), the readings that move over time ([`Signal`]s), starting counter values,
+//! and faults scheduled at scenario times. Loading checks everything up front and
+//! refuses a wrong file with the file, the field path and the reason, so that a typo
+//! never turns into a silently different node.
+//!
+//! The format is YAML with unknown keys refused. MIG layouts and processes are the
+//! next additions: each GPU entry is a map, so they land as new optional keys.
+
+pub mod fault;
+pub mod signal;
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+pub use fault::{ClockEventReason, Fault, FaultKind, RecoveryAction};
+pub use signal::Signal;
+
+use crate::models::{self, Model};
+
+/// Why a scenario was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("FAKE_NVML_SCENARIO is not set; point it at a scenario file")]
+    NotSet,
+    #[error("{file}: cannot read the scenario: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}: {field}: {reason}")]
+    Invalid { file: String, field: String, reason: String },
+}
+
+pub type Result<T, E = ScenarioError> = std::result::Result<T, E>;
+
+/// A scenario as written in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    /// Free text shown nowhere but the file; scenarios document themselves with it.
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "default_driver_version")]
+    pub driver_version: String,
+    /// CUDA version the driver supports, `MAJOR.MINOR`.
+    #[serde(default = "default_cuda_version")]
+    pub cuda_version: String,
+    #[serde(default)]
+    pub gpus: Vec<GpuSpec>,
+}
+
+fn default_driver_version() -> String {
+    "550.90.07".into()
+}
+
+fn default_cuda_version() -> String {
+    "12.4".into()
+}
+
+/// One GPU as written in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSpec {
+    /// A key of [`models::MODELS`], e.g. `H100-SXM5-80GB`.
+    pub model: String,
+    pub uuid: Option<String>,
+    pub serial: Option<String>,
+    /// `DDDDDDDD:BB:DD.F`, as NVML writes it.
+    pub pci_bus_id: Option<String>,
+    /// Current ECC mode; defaults to on where the model supports ECC.
+    pub ecc_enabled: Option<bool>,
+    pub power_limit_watts: Option<f64>,
+    pub temperature_slowdown_c: Option<u32>,
+    pub temperature_shutdown_c: Option<u32>,
+    #[serde(default)]
+    pub values: Values,
+    #[serde(default)]
+    pub counters: Counters,
+    #[serde(default)]
+    pub faults: Vec<Fault>,
+}
+
+/// Readings that move over time. Unset readings take the defaults noted on each.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Values {
+    /// Percent of time a kernel ran (`nvmlUtilization_t.gpu`). Default 0.
+    pub utilization: Option<Signal>,
+    /// Percent of time device memory was read or written (`nvmlUtilization_t.memory`).
+    /// Default 0.
+    pub memory_activity: Option<Signal>,
+    /// Memory allocated by processes, in MiB. Default 0.
+    pub memory_used_mib: Option<Signal>,
+    /// Default: a tenth of the power limit.
+    pub power_watts: Option<Signal>,
+    /// Default 35.
+    pub temperature_c: Option<Signal>,
+    /// Default: the model's maximum.
+    pub sm_clock_mhz: Option<Signal>,
+    /// Default: the model's maximum.
+    pub mem_clock_mhz: Option<Signal>,
+    /// Percent; only on models with NVENC. Default 0.
+    pub encoder_utilization: Option<Signal>,
+    /// Percent; only on models with NVDEC. Default 0.
+    pub decoder_utilization: Option<Signal>,
+    /// Bytes per second. Default 0.
+    pub pcie_tx_bytes_per_second: Option<Signal>,
+    /// Bytes per second. Default 0.
+    pub pcie_rx_bytes_per_second: Option<Signal>,
+    /// P-state number, 0 (fastest) to 15. Default 0.
+    pub performance_state: Option<Signal>,
+}
+
+/// Counter values at scenario time 0; faults add to them.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Counters {
+    #[serde(default)]
+    pub energy_joules: f64,
+    #[serde(default)]
+    pub ecc_corrected_aggregate: u64,
+    #[serde(default)]
+    pub ecc_uncorrected_aggregate: u64,
+    #[serde(default)]
+    pub pcie_replays: u64,
+}
+
+/// A scenario checked and resolved against the model table, ready to simulate.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub driver_version: String,
+    /// `nvmlSystemGetCudaDriverVersion_v2` form: 12040 for 12.4.
+    pub cuda_driver_version: i32,
+    pub gpus: Vec<Gpu>,
+}
+
+/// One GPU with every default filled in.
+#[derive(Debug, Clone)]
+pub struct Gpu {
+    pub index: u32,
+    pub model: &'static Model,
+    pub uuid: String,
+    pub serial: String,
+    pub pci_bus_id: String,
+    pub pci: PciAddress,
+    pub ecc_enabled: bool,
+    pub power_limit_watts: f64,
+    pub temperature_slowdown_c: u32,
+    pub temperature_shutdown_c: u32,
+    pub values: Values,
+    pub counters: Counters,
+    /// Sorted by time.
+    pub faults: Vec<Fault>,
+}
+
+/// The parts of a PCI bus id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PciAddress {
+    pub domain: u32,
+    pub bus: u32,
+    pub device: u32,
+    pub function: u32,
+}
+
+/// Bus numbers of the eight GPUs of an HGX H100 board, used when a scenario gives none.
+const HGX_BUSES: [u32; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
+
+impl Scenario {
+    /// Reads the file named by `FAKE_NVML_SCENARIO`.
+    pub fn from_env() -> Result<Self> {
+        let path = std::env::var_os("FAKE_NVML_SCENARIO").ok_or(ScenarioError::NotSet)?;
+        Self::load(Path::new(&path))
+    }
+
+    /// Reads and checks a scenario file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let file = path.display().to_string();
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ScenarioError::Read { file: file.clone(), source })?;
+        Self::parse(&file, &text)
+    }
+
+    /// Parses and checks scenario text; `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<Self> {
+        let invalid = |field: String, reason: String| ScenarioError::Invalid { file: file.to_string(), field, reason };
+        let deserializer = serde_yaml_ng::Deserializer::from_str(text);
+        let raw: ScenarioFile = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." { "(document)".to_string() } else { path };
+            invalid(field, e.into_inner().to_string())
+        })?;
+        resolve(raw).map_err(|(field, reason)| invalid(field, reason))
+    }
+}
+
+type FieldError = (String, String);
+
+fn resolve(raw: ScenarioFile) -> Result<Scenario, FieldError> {
+    let cuda_driver_version = parse_cuda_version(&raw.cuda_version)
+        .ok_or_else(|| ("cuda_version".to_string(), format!("{:?} is not MAJOR.MINOR", raw.cuda_version)))?;
+    if raw.driver_version.is_empty() || raw.driver_version.len() >= 80 {
+        return Err(("driver_version".into(), "must be 1 to 79 characters".into()));
+    }
+    let mut gpus = Vec::with_capacity(raw.gpus.len());
+    for (i, spec) in raw.gpus.into_iter().enumerate() {
+        let gpu = resolve_gpu(i as u32, spec).map_err(|(f, r)| (format!("gpus[{i}].{f}"), r))?;
+        if let Some(other) = gpus.iter().find(|g: &&Gpu| g.uuid == gpu.uuid) {
+            return Err((format!("gpus[{i}].uuid"), format!("{} is already used by gpus[{}]", gpu.uuid, other.index)));
+        }
+        if let Some(other) = gpus.iter().find(|g: &&Gpu| g.pci == gpu.pci) {
+            return Err((
+                format!("gpus[{i}].pci_bus_id"),
+                format!("{} is already used by gpus[{}]", gpu.pci_bus_id, other.index),
+            ));
+        }
+        gpus.push(gpu);
+    }
+    Ok(Scenario { driver_version: raw.driver_version, cuda_driver_version, gpus })
+}
+
+fn resolve_gpu(index: u32, spec: GpuSpec) -> Result<Gpu, FieldError> {
+    let model = models::find(&spec.model).ok_or_else(|| {
+        ("model".to_string(), format!("unknown model {:?}; known models: {}", spec.model, models::keys().join(", ")))
+    })?;
+    let uuid = match spec.uuid {
+        Some(u) if is_gpu_uuid(&u) => u,
+        Some(u) => {
+            return Err((
+                "uuid".into(),
+                format!("{u:?} is not of the form GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)"),
+            ));
+        }
+        None => default_uuid(index),
+    };
+    let pci_bus_id = spec.pci_bus_id.unwrap_or_else(|| {
+        let bus = HGX_BUSES.get(index as usize).copied().unwrap_or(0x100 - 1 - index.min(0xfe));
+        format!("00000000:{bus:02X}:00.0")
+    });
+    let pci = parse_pci_bus_id(&pci_bus_id).ok_or_else(|| {
+        ("pci_bus_id".to_string(), format!("{pci_bus_id:?} is not of the form DDDDDDDD:BB:DD.F (hex)"))
+    })?;
+    let ecc_enabled = spec.ecc_enabled.unwrap_or(model.ecc_supported);
+    if ecc_enabled && !model.ecc_supported {
+        return Err(("ecc_enabled".into(), format!("{} has no ECC memory", model.key)));
+    }
+    let power_limit_watts = spec.power_limit_watts.unwrap_or(model.power_limit_watts);
+    if !(power_limit_watts > 0.0 && power_limit_watts <= 2000.0) {
+        return Err(("power_limit_watts".into(), format!("{power_limit_watts} is outside (0, 2000]")));
+    }
+    let temperature_slowdown_c = spec.temperature_slowdown_c.unwrap_or(model.temp_slowdown_c);
+    let temperature_shutdown_c = spec.temperature_shutdown_c.unwrap_or(model.temp_shutdown_c);
+    if temperature_slowdown_c >= temperature_shutdown_c {
+        return Err((
+            "temperature_slowdown_c".into(),
+            format!("slowdown {temperature_slowdown_c} must be below shutdown {temperature_shutdown_c}"),
+        ));
+    }
+    check_values(&spec.values, model)?;
+    if !spec.counters.energy_joules.is_finite() || spec.counters.energy_joules < 0.0 {
+        return Err(("counters.energy_joules".into(), "must be a finite number >= 0".into()));
+    }
+    let mut faults = spec.faults;
+    for (i, fault) in faults.iter().enumerate() {
+        fault.validate(model, ecc_enabled).map_err(|(f, r)| (format!("faults[{i}].{f}"), r))?;
+    }
+    faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    Ok(Gpu {
+        index,
+        model,
+        uuid,
+        serial: spec.serial.unwrap_or_else(|| format!("{:013}", 1_650_000_000_000u64 + u64::from(index))),
+        pci_bus_id,
+        pci,
+        ecc_enabled,
+        power_limit_watts,
+        temperature_slowdown_c,
+        temperature_shutdown_c,
+        values: spec.values,
+        counters: spec.counters,
+        faults,
+    })
+}
+
+fn check_values(values: &Values, model: &Model) -> Result<(), FieldError> {
+    let named: [(&str, &Option<Signal>); 12] = [
+        ("utilization", &values.utilization),
+        ("memory_activity", &values.memory_activity),
+        ("memory_used_mib", &values.memory_used_mib),
+        ("power_watts", &values.power_watts),
+        ("temperature_c", &values.temperature_c),
+        ("sm_clock_mhz", &values.sm_clock_mhz),
+        ("mem_clock_mhz", &values.mem_clock_mhz),
+        ("encoder_utilization", &values.encoder_utilization),
+        ("decoder_utilization", &values.decoder_utilization),
+        ("pcie_tx_bytes_per_second", &values.pcie_tx_bytes_per_second),
+        ("pcie_rx_bytes_per_second", &values.pcie_rx_bytes_per_second),
+        ("performance_state", &values.performance_state),
+    ];
+    for (name, signal) in named {
+        if let Some(signal) = signal {
+            signal.validate().map_err(|r| (format!("values.{name}"), r))?;
+        }
+    }
+    if values.encoder_utilization.is_some() && !model.nvenc {
+        return Err(("values.encoder_utilization".into(), format!("{} has no NVENC encoder", model.key)));
+    }
+    if values.decoder_utilization.is_some() && !model.nvdec {
+        return Err(("values.decoder_utilization".into(), format!("{} has no NVDEC decoder", model.key)));
+    }
+    Ok(())
+}
+
+fn parse_cuda_version(text: &str) -> Option<i32> {
+    let (major, minor) = text.split_once('.')?;
+    let major: i32 = major.parse().ok()?;
+    let minor: i32 = minor.parse().ok()?;
+    (major > 0 && (0..100).contains(&minor)).then_some(major * 1000 + minor * 10)
+}
+
+fn is_gpu_uuid(text: &str) -> bool {
+    let Some(hex) = text.strip_prefix("GPU-") else {
+        return false;
+    };
+    let groups: Vec<&str> = hex.split('-').collect();
+    groups.len() == 5
+        && groups.iter().zip([8, 4, 4, 4, 12]).all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+fn default_uuid(index: u32) -> String {
+    let h = 0x5eed_0000_0000_0000u64 ^ (u64::from(index).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    format!(
+        "GPU-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        (h >> 32) as u32,
+        (h >> 16) as u16,
+        h as u16,
+        0x4000 | (index & 0x0fff),
+        0x00c0_ffee_0000u64 + u64::from(index)
+    )
+}
+
+/// Parses `DDDDDDDD:BB:DD.F` (domain may be 4 or 8 hex digits).
+pub fn parse_pci_bus_id(text: &str) -> Option<PciAddress> {
+    let (domain, rest) = text.split_once(':')?;
+    let (bus, rest) = rest.split_once(':')?;
+    let (device, function) = rest.split_once('.')?;
+    let hex = |s: &str, max_len: usize| {
+        (!s.is_empty() && s.len() <= max_len).then(|| u32::from_str_radix(s, 16).ok()).flatten()
+    };
+    let address =
+        PciAddress { domain: hex(domain, 8)?, bus: hex(bus, 2)?, device: hex(device, 2)?, function: hex(function, 1)? };
+    (address.device < 32 && address.function < 8).then_some(address)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(text: &str) -> (String, String) {
+        match Scenario::parse("node.yaml", text) {
+            Err(ScenarioError::Invalid { file, field, reason }) => {
+                assert_eq!(file, "node.yaml");
+                (field, reason)
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn minimal_scenario_fills_defaults() {
+        let s = Scenario::parse("n.yaml", "gpus: [{model: H100-SXM5-80GB}, {model: l40s-48gb}]").unwrap();
+        assert_eq!(s.cuda_driver_version, 12040);
+        assert_eq!(s.gpus.len(), 2);
+        assert_eq!(s.gpus[0].pci_bus_id, "00000000:18:00.0");
+        assert_eq!(s.gpus[1].pci.bus, 0x2a);
+        assert!(is_gpu_uuid(&s.gpus[1].uuid), "{}", s.gpus[1].uuid);
+        assert_ne!(s.gpus[0].uuid, s.gpus[1].uuid);
+        assert_eq!(s.gpus[0].power_limit_watts, 700.0);
+    }
+
+    #[test]
+    fn wrong_type_names_the_field_path() {
+        let (field, reason) = refused("gpus:\n  - model: H100-SXM5-80GB\n    values:\n      power_watts: hot\n");
+        assert_eq!(field, "gpus[0].values.power_watts");
+        assert!(reason.contains("did not match any variant"), "{reason}");
+    }
+
+    #[test]
+    fn unknown_key_is_refused() {
+        let (field, reason) = refused("gpus:\n  - model: H100-SXM5-80GB\n    colour: green\n");
+        assert_eq!(field, "gpus[0].colour");
+        assert!(reason.contains("unknown field `colour`"), "{reason}");
+    }
+
+    #[test]
+    fn unknown_model_lists_the_known_ones() {
+        let (field, reason) = refused("gpus: [{model: Z9000}]");
+        assert_eq!(field, "gpus[0].model");
+        assert!(reason.contains("H200-SXM-141GB"), "{reason}");
+    }
+
+    #[test]
+    fn duplicate_uuid_and_bus_id_are_refused() {
+        let uuid = "GPU-11111111-2222-3333-4444-555555555555";
+        let (field, _) = refused(&format!(
+            "gpus: [{{model: H100-SXM5-80GB, uuid: {uuid}}}, {{model: H100-SXM5-80GB, uuid: {uuid}}}]"
+        ));
+        assert_eq!(field, "gpus[1].uuid");
+        let (field, _) = refused(
+            "gpus: [{model: H100-SXM5-80GB, pci_bus_id: '00000000:18:00.0'}, {model: H100-SXM5-80GB, pci_bus_id: '00000000:18:00.0'}]",
+        );
+        assert_eq!(field, "gpus[1].pci_bus_id");
+    }
+
+    #[test]
+    fn ecc_on_a_gpu_without_ecc_is_refused() {
+        let (field, reason) = refused("gpus: [{model: RTX-4090-24GB, ecc_enabled: true}]");
+        assert_eq!(field, "gpus[0].ecc_enabled");
+        assert!(reason.contains("no ECC"), "{reason}");
+    }
+
+    #[test]
+    fn encoder_on_h100_is_refused() {
+        let (field, _) = refused("gpus: [{model: H100-SXM5-80GB, values: {encoder_utilization: 5}}]");
+        assert_eq!(field, "gpus[0].values.encoder_utilization");
+    }
+
+    #[test]
+    fn yaml_syntax_error_reports_the_line() {
+        let (field, reason) = refused("gpus: [\n  {model: H100\n");
+        assert!(field.starts_with("gpus[0]"), "{field}");
+        assert!(reason.contains("line"), "{reason}");
+    }
+
+    #[test]
+    fn pci_bus_ids_parse_in_both_domain_widths() {
+        assert_eq!(parse_pci_bus_id("0000:3b:00.0"), Some(PciAddress { domain: 0, bus: 0x3b, device: 0, function: 0 }));
+        assert!(parse_pci_bus_id("00000000:3b:00").is_none());
+        assert!(parse_pci_bus_id("00000000:3b:40.0").is_none());
+    }
+}
