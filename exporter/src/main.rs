@@ -1,1 +1,100 @@
-fn main() {}
+//! gpu-exporter binary: parse flags, start logging, run, map errors to exit codes
+//! (0 clean shutdown, 1 runtime failure, 2 bad configuration).
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use gpu_exporter::collect::{self, CollectorSettings};
+use gpu_exporter::config::{Args, LogFormat};
+use gpu_exporter::render::RenderContext;
+use gpu_exporter::server::{AppState, router};
+use tokio::net::TcpListener;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging(&args);
+    if let Err(e) = args.validate() {
+        tracing::error!("invalid configuration: {e}");
+        eprintln!("gpu-exporter: {e}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpu-exporter: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("gpu-exporter: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(args: &Args) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    match args.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let context = RenderContext {
+        node: args.node(),
+        extra_labels: args.extra_labels()?,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        revision: option_env!("GPU_EXPORTER_REVISION").unwrap_or("unknown").to_string(),
+    };
+    let listener = bind(&args).await?;
+    let local = listener.local_addr().context("listener address")?;
+    let (collector, snapshots) = collect::spawn(CollectorSettings {
+        library: args.nvml_library.clone(),
+        interval: args.collect_interval,
+        call_timeout: args.call_timeout,
+        init_retry_max: args.init_retry_max,
+    })
+    .context("starting the collector thread")?;
+    tracing::info!(address = %local, node = %context.node, library = %args.nvml_library.display(), "serving /metrics");
+    let app = router(AppState::new(snapshots, context));
+    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("HTTP server")?;
+    tracing::info!("shutting down");
+    collector.stop(args.shutdown_timeout);
+    Ok(())
+}
+
+/// Binds the first address that works: for `:PORT`, IPv6 dual-stack, else IPv4.
+async fn bind(args: &Args) -> anyhow::Result<TcpListener> {
+    let mut last_error = None;
+    for address in args.socket_addresses()? {
+        match TcpListener::bind(address).await {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last_error = Some(anyhow::Error::new(e).context(format!("cannot listen on {address}"))),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| anyhow::anyhow!("no address to listen on")))
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+}

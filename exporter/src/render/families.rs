@@ -1,0 +1,199 @@
+//! Every metric family the exporter serves: name, type, unit and help.
+//!
+//! `docs/metrics.md` documents the same list with labels and the NVML call behind
+//! each; a test checks the two agree.
+
+use super::encode::{Family, Kind};
+
+const fn gauge(name: &'static str, unit: Option<&'static str>, help: &'static str) -> Family {
+    Family { name, kind: Kind::Gauge, help, unit }
+}
+
+const fn counter(name: &'static str, unit: Option<&'static str>, help: &'static str) -> Family {
+    Family { name, kind: Kind::Counter, help, unit }
+}
+
+const fn info(name: &'static str, help: &'static str) -> Family {
+    Family { name, kind: Kind::Info, help, unit: None }
+}
+
+// GPU identity and state.
+pub const GPU_INFO: Family = info("gpu", "GPU identity: model, UUID, PCI bus id, driver and CUDA version. Always 1.");
+pub const GPU_UP: Family = gauge("gpu_up", None, "1 if the GPU answered in the last collection cycle, 0 otherwise.");
+pub const GPU_LOST: Family = gauge("gpu_lost", None, "1 if NVML reports the GPU as lost (fallen off the bus).");
+pub const GPU_STALE: Family = gauge(
+    "gpu_collection_stale",
+    None,
+    "1 while an NVML call on this GPU is past its deadline; its readings are withheld until it returns.",
+);
+pub const GPU_LAST_SUCCESS: Family = gauge(
+    "gpu_last_collection_success_timestamp_seconds",
+    Some("seconds"),
+    "Unix time of the last cycle in which the GPU answered.",
+);
+
+// The seed's metric contract.
+pub const UTILIZATION: Family =
+    gauge("gpu_utilization", None, "Percent of time over the last sample period a kernel was running (0-100).");
+pub const MEMORY_UTILIZATION: Family =
+    gauge("gpu_memory_utilization", None, "Device memory used as a percent of the total (0-100).");
+pub const MEMORY_USED: Family =
+    gauge("gpu_memory_used_bytes", Some("bytes"), "Device memory allocated by processes, in bytes.");
+pub const MEMORY_TOTAL: Family = gauge("gpu_memory_total_bytes", Some("bytes"), "Total device memory, in bytes.");
+pub const POWER_USAGE: Family = gauge("gpu_power_usage_watts", Some("watts"), "Current board power draw, in watts.");
+pub const TEMPERATURE: Family =
+    gauge("gpu_temperature_celsius", Some("celsius"), "GPU core temperature, in degrees Celsius.");
+pub const SM_CLOCK: Family = gauge("gpu_sm_clock_mhz", None, "Current SM clock, in MHz.");
+pub const MEM_CLOCK: Family = gauge("gpu_mem_clock_mhz", None, "Current memory clock, in MHz.");
+
+// More readings.
+pub const MEMORY_RESERVED: Family =
+    gauge("gpu_memory_reserved_bytes", Some("bytes"), "Device memory reserved by the driver, in bytes.");
+pub const MEMORY_CONTROLLER: Family = gauge(
+    "gpu_memory_controller_utilization",
+    None,
+    "Percent of time over the last sample period device memory was read or written (0-100).",
+);
+pub const POWER_LIMIT: Family =
+    gauge("gpu_power_limit_watts", Some("watts"), "Power limit the driver enforces, in watts.");
+pub const ENERGY: Family =
+    counter("gpu_energy_consumption_joules", Some("joules"), "Energy consumed since the driver was loaded, in joules.");
+pub const TEMP_SLOWDOWN: Family = gauge(
+    "gpu_temperature_slowdown_threshold_celsius",
+    Some("celsius"),
+    "Temperature at which the GPU starts to slow its clocks, in degrees Celsius.",
+);
+pub const TEMP_SHUTDOWN: Family = gauge(
+    "gpu_temperature_shutdown_threshold_celsius",
+    Some("celsius"),
+    "Temperature at which the GPU shuts down, in degrees Celsius.",
+);
+pub const SM_CLOCK_MAX: Family = gauge("gpu_sm_clock_max_mhz", None, "Maximum SM clock, in MHz.");
+pub const MEM_CLOCK_MAX: Family = gauge("gpu_mem_clock_max_mhz", None, "Maximum memory clock, in MHz.");
+pub const ENCODER: Family = gauge("gpu_encoder_utilization", None, "NVENC utilization, percent (0-100).");
+pub const DECODER: Family = gauge("gpu_decoder_utilization", None, "NVDEC utilization, percent (0-100).");
+pub const PCIE_TX: Family = gauge(
+    "gpu_pcie_tx_bytes_per_second",
+    None,
+    "PCIe transmit throughput over NVML's 20 ms sample, in bytes per second.",
+);
+pub const PCIE_RX: Family = gauge(
+    "gpu_pcie_rx_bytes_per_second",
+    None,
+    "PCIe receive throughput over NVML's 20 ms sample, in bytes per second.",
+);
+pub const PCIE_REPLAYS: Family = counter("gpu_pcie_replays", None, "PCIe replays (link-level retransmissions).");
+pub const PSTATE: Family = gauge("gpu_performance_state", None, "Performance state, 0 (fastest) to 15 (slowest).");
+pub const ECC_ENABLED: Family = gauge("gpu_ecc_enabled", None, "1 if ECC is enabled on the device memory.");
+pub const ECC_ERRORS: Family =
+    counter("gpu_ecc_errors", None, "ECC errors over the life of the GPU (aggregate counter), by error type.");
+pub const ECC_VOLATILE: Family = counter(
+    "gpu_ecc_volatile_errors",
+    None,
+    "ECC errors since the driver was loaded or the GPU was reset (volatile counter), by error type.",
+);
+pub const RETIRED_PAGES: Family =
+    gauge("gpu_retired_pages", None, "Memory pages retired, by cause (GPUs before Ampere).");
+pub const RETIRED_PENDING: Family =
+    gauge("gpu_retired_pages_pending", None, "1 if a page retirement waits for the next driver reload.");
+pub const REMAPPED_ROWS: Family =
+    gauge("gpu_remapped_rows", None, "Memory rows remapped, by the kind of error that caused it (Ampere and newer).");
+pub const REMAP_PENDING: Family =
+    gauge("gpu_remapped_rows_pending", None, "1 if a row remapping waits for a GPU reset.");
+pub const REMAP_FAILED: Family =
+    gauge("gpu_remapped_rows_failed", None, "1 if a row remapping failed (the GPU needs service).");
+pub const CLOCK_EVENTS: Family = gauge(
+    "gpu_clock_event_active",
+    None,
+    "1 if this reason is currently lowering the clocks (throttling), per reason the GPU supports.",
+);
+pub const RECOVERY_ACTION: Family = gauge(
+    "gpu_recovery_action",
+    None,
+    "Recovery the driver asks for: 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset.",
+);
+pub const XID_ERRORS: Family = counter("gpu_xid_errors", None, "XID errors seen since the exporter started, by code.");
+pub const XID_LAST_SEEN: Family =
+    gauge("gpu_xid_last_seen_timestamp_seconds", Some("seconds"), "Unix time at which this XID code was last seen.");
+
+// The exporter itself.
+pub const BUILD_INFO: Family = info("gpu_exporter_build", "Exporter version and revision. Always 1.");
+pub const NVML_UP: Family = gauge("gpu_exporter_nvml_up", None, "1 if NVML is loaded and initialised.");
+pub const NVML_ERROR: Family =
+    info("gpu_exporter_nvml_error", "Why NVML is down; present only while gpu_exporter_nvml_up is 0. Always 1.");
+pub const NVML_INIT_ATTEMPTS: Family =
+    counter("gpu_exporter_nvml_init_attempts", None, "Attempts to load and initialise NVML.");
+pub const GPUS: Family = gauge("gpu_exporter_gpus", None, "GPUs NVML reports on this node.");
+pub const CYCLE_DURATION: Family = gauge(
+    "gpu_exporter_collection_duration_seconds",
+    Some("seconds"),
+    "Wall time of the last collection cycle, in seconds.",
+);
+pub const CYCLES: Family = counter("gpu_exporter_collections", None, "Collection cycles run.");
+pub const LAST_CYCLE: Family = gauge(
+    "gpu_exporter_last_collection_timestamp_seconds",
+    Some("seconds"),
+    "Unix time at which the last collection cycle ended.",
+);
+pub const NVML_ERRORS: Family = counter(
+    "gpu_exporter_nvml_errors",
+    None,
+    "Failed NVML calls by GPU, call and error (NOT_SUPPORTED is not an error).",
+);
+pub const NVML_CALLS: Family = counter("gpu_exporter_nvml_calls", None, "NVML calls made, by call.");
+pub const NVML_CALL_SECONDS: Family =
+    counter("gpu_exporter_nvml_call_seconds", Some("seconds"), "Time spent in NVML calls, by call, in seconds.");
+
+/// Every family, in the order they are rendered.
+pub const ALL: &[Family] = &[
+    GPU_INFO,
+    GPU_UP,
+    GPU_LOST,
+    GPU_STALE,
+    GPU_LAST_SUCCESS,
+    UTILIZATION,
+    MEMORY_UTILIZATION,
+    MEMORY_USED,
+    MEMORY_TOTAL,
+    POWER_USAGE,
+    TEMPERATURE,
+    SM_CLOCK,
+    MEM_CLOCK,
+    MEMORY_RESERVED,
+    MEMORY_CONTROLLER,
+    POWER_LIMIT,
+    ENERGY,
+    TEMP_SLOWDOWN,
+    TEMP_SHUTDOWN,
+    SM_CLOCK_MAX,
+    MEM_CLOCK_MAX,
+    ENCODER,
+    DECODER,
+    PCIE_TX,
+    PCIE_RX,
+    PCIE_REPLAYS,
+    PSTATE,
+    ECC_ENABLED,
+    ECC_ERRORS,
+    ECC_VOLATILE,
+    RETIRED_PAGES,
+    RETIRED_PENDING,
+    REMAPPED_ROWS,
+    REMAP_PENDING,
+    REMAP_FAILED,
+    CLOCK_EVENTS,
+    RECOVERY_ACTION,
+    XID_ERRORS,
+    XID_LAST_SEEN,
+    BUILD_INFO,
+    NVML_UP,
+    NVML_ERROR,
+    NVML_INIT_ATTEMPTS,
+    GPUS,
+    CYCLE_DURATION,
+    CYCLES,
+    LAST_CYCLE,
+    NVML_ERRORS,
+    NVML_CALLS,
+    NVML_CALL_SECONDS,
+];

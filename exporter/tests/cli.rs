@@ -1,0 +1,38 @@
+//! Bad command lines are refused at start with exit code 2 and a message naming the flag.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-exporter")).args(args).output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+#[test]
+fn a_reserved_constant_label_is_refused() {
+    let (code, stderr) = run(&["--label", "uuid=x"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("--label \"uuid\": the exporter sets this label itself"), "{stderr}");
+}
+
+#[test]
+fn a_malformed_duration_is_refused() {
+    let (code, stderr) = run(&["--collect-interval", "soon"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("--collect-interval") && stderr.contains("\"soon\""), "{stderr}");
+}
+
+#[test]
+fn a_bad_listen_address_is_refused() {
+    let (code, stderr) = run(&["--web.listen-address", "nowhere"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("--web.listen-address \"nowhere\""), "{stderr}");
+}
+
+#[test]
+fn flags_can_come_from_the_environment() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-exporter")).env("GPU_EXPORTER_LABELS", "model=x").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--label \"model\""));
+}
