@@ -210,3 +210,43 @@ fn driver_not_loaded_is_named() {
     })
     .expect("driver_not_loaded reported");
 }
+
+#[test]
+fn memory_error_counters_are_read_on_each_generation_of_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write_scenario(
+        dir.path(),
+        "node.yaml",
+        "gpus:
+  - model: V100-SXM2-32GB
+    faults: [{at_s: 1, retired_pages: {single_bit: 2, double_bit: 1, pending: true}}, {at_s: 1, ecc_errors: {uncorrected: 1}}]
+  - model: A100-SXM4-80GB
+    faults:
+      - {at_s: 1, remapped_rows: {correctable: 3, uncorrectable: 1, pending: true}}
+      - {at_s: 1, recovery_action: gpu_reset}
+      - {at_s: 1, clock_events: {reasons: [hw_thermal_slowdown]}}
+      - {at_s: 1, pcie_replays: 12}
+",
+    );
+    let exporter = Launch::scenario(&scenario, Some(5.0))
+        .args(&["--collect-interval", "300ms", "--nvml.call-timeout", "200ms"])
+        .start();
+    exporter.wait_ready();
+    let m = exporter.metrics();
+    let v100 = |extra: (&'static str, &'static str)| [("gpu", "0"), extra];
+    assert_eq!(sample(&m, "gpu_retired_pages", &v100(("cause", "single_bit_ecc"))), Some(2.0));
+    assert_eq!(sample(&m, "gpu_retired_pages", &v100(("cause", "double_bit_ecc"))), Some(1.0));
+    assert_eq!(sample(&m, "gpu_retired_pages_pending", &gpu("0")), Some(1.0));
+    assert_eq!(sample(&m, "gpu_ecc_volatile_errors_total", &v100(("error_type", "uncorrected"))), Some(1.0));
+    assert_eq!(sample(&m, "gpu_remapped_rows", &gpu("0")), None, "V100 does not remap rows");
+    let a100 = |extra: (&'static str, &'static str)| [("gpu", "1"), extra];
+    assert_eq!(sample(&m, "gpu_remapped_rows", &a100(("error_type", "correctable"))), Some(3.0));
+    assert_eq!(sample(&m, "gpu_remapped_rows", &a100(("error_type", "uncorrectable"))), Some(1.0));
+    assert_eq!(sample(&m, "gpu_remapped_rows_pending", &gpu("1")), Some(1.0));
+    assert_eq!(sample(&m, "gpu_retired_pages", &gpu("1")), None, "A100 does not retire pages");
+    assert_eq!(sample(&m, "gpu_recovery_action", &gpu("1")), Some(1.0));
+    assert_eq!(sample(&m, "gpu_clock_event_active", &a100(("reason", "hw_thermal_slowdown"))), Some(1.0));
+    assert_eq!(sample(&m, "gpu_clock_event_active", &a100(("reason", "sw_thermal_slowdown"))), Some(0.0));
+    assert_eq!(sample(&m, "gpu_pcie_replays_total", &gpu("1")), Some(12.0));
+    assert!(common::samples(&m, "gpu_exporter_nvml_errors_total").is_empty(), "NOT_SUPPORTED is not an error: {m}");
+}

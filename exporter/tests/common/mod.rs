@@ -206,17 +206,22 @@ impl Response {
 
 /// A plain HTTP/1.1 GET with `Connection: close`.
 pub fn http_get(address: &str, path: &str, headers: &[(&str, &str)]) -> Response {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    try_http_get(address, path, headers).unwrap_or_else(|e| panic!("GET http://{address}{path}: {e}"))
+}
+
+/// As [`http_get`], but a connection failure is an error rather than a panic.
+pub fn try_http_get(address: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
+    let mut stream = TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
     }
     request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
+    stream.write_all(request.as_bytes())?;
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
-    parse_response(&raw)
+    stream.read_to_end(&mut raw)?;
+    Ok(parse_response(&raw))
 }
 
 fn parse_response(raw: &[u8]) -> Response {

@@ -1,0 +1,152 @@
+//! Golden-file test of the whole `/metrics` output for every shipped scenario.
+//!
+//! The exporter runs on the simulated node with scenario time frozen, so every GPU
+//! reading is exact; the few values that depend on the wall clock or on how many
+//! cycles ran (timestamps, durations, call counters) are replaced by `NaN` before the
+//! comparison. Regenerate with `UPDATE_GOLDEN=1 cargo test -p gpu-exporter --test golden`.
+//! Each raw scrape must also pass `promtool check metrics`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use common::{Exporter, Launch, shipped_scenario};
+
+/// Families whose values change from run to run.
+const RUN_DEPENDENT: &[&str] = &[
+    "gpu_last_collection_success_timestamp_seconds",
+    "gpu_xid_last_seen_timestamp_seconds",
+    "gpu_exporter_collection_duration_seconds",
+    "gpu_exporter_collections_total",
+    "gpu_exporter_last_collection_timestamp_seconds",
+    "gpu_exporter_nvml_calls_total",
+    "gpu_exporter_nvml_call_seconds_total",
+];
+
+const SCENARIOS: &[&str] = &["a100-80gb", "h100-80gb", "h200-141gb", "l40s-48gb", "rtx-4090-24gb", "h100-8gpu-node"];
+
+fn golden_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name)
+}
+
+fn start(scenario: &str) -> Exporter {
+    let exporter = Launch::scenario(&shipped_scenario(scenario), Some(120.0))
+        .args(&[
+            "--collect-interval",
+            "200ms",
+            "--nvml.call-timeout",
+            "150ms",
+            "--label",
+            "cluster=production,region=cn-east",
+        ])
+        .start();
+    exporter.wait_ready();
+    // XIDs due by the frozen time arrive right after registration; two cycles make sure.
+    exporter.wait_cycles(2);
+    exporter
+}
+
+/// Masks run-dependent values and the build revision.
+fn normalize(exposition: &str) -> String {
+    let mut out = String::with_capacity(exposition.len());
+    for line in exposition.lines() {
+        let name = line.split(['{', ' ']).next().unwrap_or_default();
+        if !line.starts_with('#') && RUN_DEPENDENT.contains(&name) {
+            let (series, _) = line.rsplit_once(' ').unwrap();
+            out.push_str(series);
+            out.push_str(" NaN");
+        } else if name == "gpu_exporter_build_info" {
+            let start = line.find("revision=\"").unwrap() + "revision=\"".len();
+            let end = start + line[start..].find('"').unwrap();
+            out.push_str(&line[..start]);
+            out.push_str("REVISION");
+            out.push_str(&line[end..]);
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn promtool_check(exposition: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (Debian package `prometheus`; .ci/run installs it)");
+    child.stdin.take().unwrap().write_all(exposition.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn compare(name: &str, actual: &str) {
+    let path = golden_path(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run with UPDATE_GOLDEN=1 to create it", path.display()));
+    if expected != actual {
+        let diff: Vec<String> = expected
+            .lines()
+            .zip(actual.lines())
+            .enumerate()
+            .filter(|(_, (e, a))| e != a)
+            .take(10)
+            .map(|(i, (e, a))| format!("line {}:\n  expected: {e}\n  actual:   {a}", i + 1))
+            .collect();
+        panic!(
+            "{} differs ({} vs {} lines); first differences:\n{}\nrun with UPDATE_GOLDEN=1 if the change is intended",
+            path.display(),
+            expected.lines().count(),
+            actual.lines().count(),
+            diff.join("\n")
+        );
+    }
+}
+
+#[test]
+fn every_shipped_scenario_matches_its_golden_file() {
+    for scenario in SCENARIOS {
+        let exporter = start(scenario);
+        let raw = exporter.metrics();
+        promtool_check(&raw);
+        compare(&format!("{scenario}.prom"), &normalize(&raw));
+    }
+}
+
+#[test]
+fn openmetrics_output_matches_its_golden_file() {
+    let exporter = start("h100-8gpu-node");
+    let response = exporter.get("/metrics", &[("Accept", "application/openmetrics-text;version=1.0.0")]);
+    assert_eq!(response.header("content-type"), Some("application/openmetrics-text; version=1.0.0; charset=utf-8"));
+    assert!(response.body.ends_with("# EOF\n"));
+    compare("h100-8gpu-node.openmetrics", &normalize(&response.body));
+}
+
+#[test]
+fn every_scenario_file_is_covered() {
+    let dir = common::repo_root().join("fake-nvml/scenarios");
+    let mut shipped: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".yaml").map(String::from))
+        .collect();
+    shipped.sort();
+    let mut covered: Vec<String> = SCENARIOS.iter().map(|s| s.to_string()).collect();
+    covered.sort();
+    assert_eq!(shipped, covered, "add new scenarios to SCENARIOS");
+}
