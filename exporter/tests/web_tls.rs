@@ -223,8 +223,12 @@ async fn rotated_certificate_files_are_used_by_the_next_handshake() {
     // Rewritten in place, certificate first: with only the certificate replaced the pair
     // does not match, so the previous pair keeps being served.
     let second = ca.server();
+    // Changes are noticed by size, mtime and inode; mtime advances with the kernel's
+    // clock tick, so an in-place rewrite must not land in the tick of the first write.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     dir.write("server.crt", &second.cert_pem);
     assert_eq!(seen(get(running.addr, Some(&client), "/metrics", &[]).await.unwrap()), first.cert_der());
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     dir.write("server.key", &second.key_pem);
     assert_eq!(seen(get(running.addr, Some(&client), "/metrics", &[]).await.unwrap()), second.cert_der());
 

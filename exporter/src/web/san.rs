@@ -74,7 +74,7 @@ fn read_tlv(input: &[u8]) -> Result<Tlv<'_>> {
     Ok(Tlv { tag, value, rest })
 }
 
-fn expect<'a>(input: &'a [u8], tag: u8, what: &'static str) -> Result<Tlv<'a>> {
+fn element<'a>(input: &'a [u8], tag: u8, what: &'static str) -> Result<Tlv<'a>> {
     let tlv = read_tlv(input)?;
     if tlv.tag == tag { Ok(tlv) } else { Err(SanError::Malformed(what)) }
 }
@@ -82,8 +82,8 @@ fn expect<'a>(input: &'a [u8], tag: u8, what: &'static str) -> Result<Tlv<'a>> {
 /// The SAN values of a DER certificate that Go's `client_allowed_sans` check compares:
 /// DNS names, e-mail addresses, IP addresses (Go's textual form) and URIs.
 pub fn subject_alt_names(cert_der: &[u8]) -> Result<Vec<String>> {
-    let cert = expect(cert_der, TAG_SEQUENCE, "certificate is not a SEQUENCE")?;
-    let tbs = expect(cert.value, TAG_SEQUENCE, "tbsCertificate is not a SEQUENCE")?;
+    let cert = element(cert_der, TAG_SEQUENCE, "certificate is not a SEQUENCE")?;
+    let tbs = element(cert.value, TAG_SEQUENCE, "tbsCertificate is not a SEQUENCE")?;
     let mut fields = tbs.value;
     let first = read_tlv(fields)?;
     if first.tag == TAG_VERSION {
@@ -97,7 +97,7 @@ pub fn subject_alt_names(cert_der: &[u8]) -> Result<Vec<String>> {
         (TAG_SEQUENCE, "subject is not a SEQUENCE"),
         (TAG_SEQUENCE, "subjectPublicKeyInfo is not a SEQUENCE"),
     ] {
-        fields = expect(fields, tag, what)?.rest;
+        fields = element(fields, tag, what)?.rest;
     }
     let mut names = Vec::new();
     let mut seen_san = false;
@@ -107,18 +107,18 @@ pub fn subject_alt_names(cert_der: &[u8]) -> Result<Vec<String>> {
         match field.tag {
             TAG_ISSUER_UID | TAG_SUBJECT_UID => {}
             TAG_EXTENSIONS => {
-                let list = expect(field.value, TAG_SEQUENCE, "extensions are not a SEQUENCE")?;
+                let list = element(field.value, TAG_SEQUENCE, "extensions are not a SEQUENCE")?;
                 let mut exts = list.value;
                 while !exts.is_empty() {
-                    let ext = expect(exts, TAG_SEQUENCE, "extension is not a SEQUENCE")?;
+                    let ext = element(exts, TAG_SEQUENCE, "extension is not a SEQUENCE")?;
                     exts = ext.rest;
-                    let oid = expect(ext.value, TAG_OID, "extension id is not an OID")?;
+                    let oid = element(ext.value, TAG_OID, "extension id is not an OID")?;
                     let mut after_oid = oid.rest;
                     let next = read_tlv(after_oid)?;
                     if next.tag == TAG_BOOLEAN {
                         after_oid = next.rest;
                     }
-                    let value = expect(after_oid, TAG_OCTET_STRING, "extension value is not an OCTET STRING")?;
+                    let value = element(after_oid, TAG_OCTET_STRING, "extension value is not an OCTET STRING")?;
                     if oid.value == OID_SUBJECT_ALT_NAME {
                         if seen_san {
                             return Err(SanError::Malformed("two subjectAltName extensions"));
@@ -135,7 +135,7 @@ pub fn subject_alt_names(cert_der: &[u8]) -> Result<Vec<String>> {
 }
 
 fn general_names(der: &[u8], out: &mut Vec<String>) -> Result<()> {
-    let seq = expect(der, TAG_SEQUENCE, "subjectAltName is not a SEQUENCE")?;
+    let seq = element(der, TAG_SEQUENCE, "subjectAltName is not a SEQUENCE")?;
     let mut items = seq.value;
     while !items.is_empty() {
         let name = read_tlv(items)?;

@@ -27,7 +27,11 @@
 //! effect on the next handshake without a restart and without reading files per
 //! connection. A rebuild that fails (for example a new certificate written before its
 //! key) keeps serving the previous pair, logs a warning once per change, and is retried
-//! when the files change again.
+//! when the files change again. Limit: mtime moves with the kernel's clock tick, so a file
+//! rewritten in place twice within one tick at the same size is only noticed at its next
+//! change; writers that replace files by rename (Kubernetes secret volumes, cert-manager,
+//! most tools) change the inode and are always noticed. The stat and the rare rebuild
+//! run on the connection's task; they touch two or three small files.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
