@@ -1,8 +1,13 @@
 //! gpu-exporter: GPU telemetry for Kubernetes nodes.
 //!
 //! Data flows one way: NVML ([`nvml`]) -> one collection cycle ([`collect`]) ->
-//! [`snapshot::Snapshot`] -> [`render`] -> `/metrics` ([`server`]). Collection runs on
-//! its own schedule; a scrape renders the latest snapshot and never waits on NVML.
+//! [`snapshot::Snapshot`] -> [`render`] -> `/metrics` ([`server`], served by [`web`]).
+//! Collection runs on its own schedule; a scrape renders the latest snapshot and never
+//! waits on NVML. `main.rs` only parses configuration, sets up logging, runs, and maps
+//! errors to exit codes.
+//!
+//! - [`web`]: the HTTP serving edge (exporter-toolkit `--web.config.file`: TLS, client
+//!   certificates, basic auth, response headers) and the accept loop with graceful shutdown.
 
 pub mod collect;
 pub mod config;
@@ -10,3 +15,4 @@ pub mod nvml;
 pub mod render;
 pub mod server;
 pub mod snapshot;
+pub mod web;

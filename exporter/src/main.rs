@@ -2,6 +2,7 @@
 //! (0 clean shutdown, 1 runtime failure, 2 bad configuration).
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser as _;
@@ -9,6 +10,7 @@ use gpu_exporter::collect::{self, CollectorSettings};
 use gpu_exporter::config::{Args, LogFormat};
 use gpu_exporter::render::RenderContext;
 use gpu_exporter::server::{AppState, router};
+use gpu_exporter::web::{self, WebConfig};
 use tokio::net::TcpListener;
 
 fn main() -> ExitCode {
@@ -19,6 +21,19 @@ fn main() -> ExitCode {
         eprintln!("gpu-exporter: {e}");
         return ExitCode::from(2);
     }
+    let web_config = match &args.web_config_file {
+        Some(path) => match WebConfig::load(path) {
+            Ok(config) => config,
+            Err(e) => {
+                tracing::error!("invalid web configuration: {e}");
+                eprintln!("gpu-exporter: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => WebConfig::none(),
+    };
+    // One process-wide TLS provider: ring (two providers in one process panic).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -26,7 +41,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args)) {
+    match runtime.block_on(run(args, web_config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -47,7 +62,7 @@ fn init_logging(args: &Args) {
     }
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
+async fn run(args: Args, web_config: WebConfig) -> anyhow::Result<()> {
     let context = RenderContext {
         node: args.node(),
         extra_labels: args.extra_labels()?,
@@ -65,7 +80,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     .context("starting the collector thread")?;
     tracing::info!(address = %local, node = %context.node, library = %args.nvml_library.display(), "serving /metrics");
     let app = router(AppState::new(snapshots, context));
-    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("HTTP server")?;
+    web::serve(listener, app, Arc::new(web_config), shutdown_signal(), args.shutdown_timeout)
+        .await
+        .context("HTTP server")?;
     tracing::info!("shutting down");
     collector.stop(args.shutdown_timeout);
     Ok(())

@@ -36,3 +36,18 @@ fn flags_can_come_from_the_environment() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--label \"model\""));
 }
+
+#[test]
+fn a_bad_web_config_file_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("web.yml");
+    std::fs::write(&path, "basic_auth_users:\n  prometheus: not-a-bcrypt-hash\n").unwrap();
+    let (code, stderr) = run(&["--web.config.file", path.to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains(path.to_str().unwrap()) && stderr.contains("basic_auth_users"), "{stderr}");
+
+    std::fs::write(&path, "tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n").unwrap();
+    let (code, stderr) = run(&["--web.config.file", path.to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("tls_server_config.cert_file") && stderr.contains("missing.crt"), "{stderr}");
+}
