@@ -220,3 +220,75 @@ mod tests {
         }
     }
 }
+
+/// A MIG GPU-instance profile as the driver describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MigProfile {
+    /// `nvidia-smi` name, e.g. `3g.40gb`.
+    pub name: &'static str,
+    /// `NVML_GPU_INSTANCE_PROFILE_*`.
+    pub profile_id: u32,
+    /// Compute slices (the `g` count).
+    pub compute_slices: u32,
+    /// Memory slices, of the GPU's eight.
+    pub memory_slices: u32,
+    pub memory_mib: u64,
+    /// Streaming multiprocessors in the instance.
+    pub multiprocessors: u32,
+    /// How many instances of this profile fit on an empty GPU.
+    pub max_instances: u32,
+}
+
+const fn mig(
+    name: &'static str,
+    profile_id: u32,
+    compute_slices: u32,
+    memory_slices: u32,
+    memory_mib: u64,
+    multiprocessors: u32,
+    max_instances: u32,
+) -> MigProfile {
+    MigProfile { name, profile_id, compute_slices, memory_slices, memory_mib, multiprocessors, max_instances }
+}
+
+/// Profiles of the 80 GB A100 and H100 (same memory geometry, different SM counts).
+const A100_80GB_MIG: &[MigProfile] = &[
+    mig("1g.10gb", 0, 1, 1, 9728, 14, 7),
+    mig("1g.20gb", 9, 1, 2, 19968, 14, 4),
+    mig("2g.20gb", 1, 2, 2, 19968, 28, 3),
+    mig("3g.40gb", 2, 3, 4, 40192, 42, 2),
+    mig("4g.40gb", 3, 4, 4, 40192, 56, 1),
+    mig("7g.80gb", 4, 7, 8, 80384, 98, 1),
+];
+
+const H100_80GB_MIG: &[MigProfile] = &[
+    mig("1g.10gb", 0, 1, 1, 9984, 16, 7),
+    mig("1g.20gb", 9, 1, 2, 20096, 16, 4),
+    mig("2g.20gb", 1, 2, 2, 20096, 32, 3),
+    mig("3g.40gb", 2, 3, 4, 40320, 60, 2),
+    mig("4g.40gb", 3, 4, 4, 40320, 64, 1),
+    mig("7g.80gb", 4, 7, 8, 80768, 132, 1),
+];
+
+const H200_141GB_MIG: &[MigProfile] = &[
+    mig("1g.18gb", 0, 1, 1, 16384, 16, 7),
+    mig("1g.35gb", 9, 1, 2, 32768, 16, 4),
+    mig("2g.35gb", 1, 2, 2, 32768, 32, 3),
+    mig("3g.71gb", 2, 3, 4, 65536, 60, 2),
+    mig("4g.71gb", 3, 4, 4, 65536, 64, 1),
+    mig("7g.141gb", 4, 7, 8, 137216, 132, 1),
+];
+
+/// The MIG profiles a model offers; empty where it has no MIG.
+pub fn mig_profiles(model: &Model) -> &'static [MigProfile] {
+    match model.key {
+        "A100-SXM4-80GB" => A100_80GB_MIG,
+        "H100-SXM5-80GB" => H100_80GB_MIG,
+        "H200-SXM-141GB" => H200_141GB_MIG,
+        _ => &[],
+    }
+}
+
+/// Compute and memory slices of a MIG-capable GPU.
+pub const MIG_COMPUTE_SLICES: u32 = 7;
+pub const MIG_MEMORY_SLICES: u32 = 8;

@@ -540,7 +540,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(
     device_call("nvmlDeviceGetPerformanceState", device, |gpu, t| out!(p_state, gpu.performance_state(t)))
 }
 
-/// MIG mode; always disabled until scenarios describe MIG layouts.
+/// MIG mode: enabled when the scenario gives the GPU a MIG layout.
 ///
 /// # Safety
 /// Both pointers are null or valid for a write.
@@ -554,8 +554,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
         if !gpu.spec.model.mig_capable {
             return Err(ret::NOT_SUPPORTED);
         }
-        out!(current_mode, 0)?;
-        out!(pending_mode, 0)
+        let mode = c_uint::from(gpu.spec.mig.is_some());
+        out!(current_mode, mode)?;
+        out!(pending_mode, mode)
     })
 }
 

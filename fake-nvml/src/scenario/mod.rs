@@ -6,10 +6,13 @@
 //! refuses a wrong file with the file, the field path and the reason, so that a typo
 //! never turns into a silently different node.
 //!
-//! The format is YAML with unknown keys refused. MIG layouts and processes are the
-//! next additions: each GPU entry is a map, so they land as new optional keys.
+//! The format is YAML with unknown keys refused. A GPU may be cut into MIG instances
+//! ([`mig`]); pods, their device allocations and their GPU processes are described in
+//! [`pods`].
 
 pub mod fault;
+pub mod mig;
+pub mod pods;
 pub mod signal;
 
 use std::path::Path;
@@ -17,6 +20,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 pub use fault::{ClockEventReason, Fault, FaultKind, RecoveryAction};
+pub use mig::MigInstance;
+pub use pods::{Container, KubeletSpec, Pod, Process};
 pub use signal::Signal;
 
 use crate::models::{self, Model};
@@ -52,6 +57,14 @@ pub struct ScenarioFile {
     pub cuda_version: String,
     #[serde(default)]
     pub gpus: Vec<GpuSpec>,
+    /// How the simulated kubelet names cgroups; defaults to cgroup v2, systemd, containerd.
+    #[serde(default)]
+    pub kubelet: KubeletSpec,
+    #[serde(default)]
+    pub pods: Vec<pods::PodSpec>,
+    /// GPU processes that belong to no pod.
+    #[serde(default)]
+    pub host_processes: Vec<pods::ProcessSpec>,
 }
 
 fn default_driver_version() -> String {
@@ -83,6 +96,8 @@ pub struct GpuSpec {
     pub counters: Counters,
     #[serde(default)]
     pub faults: Vec<Fault>,
+    /// Present when the GPU is in MIG mode.
+    pub mig: Option<mig::MigSpec>,
 }
 
 /// Readings that move over time. Unset readings take the defaults noted on each.
@@ -137,6 +152,10 @@ pub struct Scenario {
     /// `nvmlSystemGetCudaDriverVersion_v2` form: 12040 for 12.4.
     pub cuda_driver_version: i32,
     pub gpus: Vec<Gpu>,
+    pub kubelet: KubeletSpec,
+    pub pods: Vec<Pod>,
+    /// Every GPU process, in pods or not.
+    pub processes: Vec<Process>,
 }
 
 /// One GPU with every default filled in.
@@ -156,6 +175,8 @@ pub struct Gpu {
     pub counters: Counters,
     /// Sorted by time.
     pub faults: Vec<Fault>,
+    /// MIG instances when the GPU is in MIG mode.
+    pub mig: Option<Vec<MigInstance>>,
 }
 
 /// The parts of a PCI bus id.
@@ -220,7 +241,18 @@ fn resolve(raw: ScenarioFile) -> Result<Scenario, FieldError> {
         }
         gpus.push(gpu);
     }
-    Ok(Scenario { driver_version: raw.driver_version, cuda_driver_version, gpus })
+    let (pods, processes) = pods::resolve(&gpus, raw.pods, raw.host_processes)?;
+    if !matches!(raw.kubelet.cgroup_version, 1 | 2) {
+        return Err(("kubelet.cgroup_version".into(), format!("{} is not 1 or 2", raw.kubelet.cgroup_version)));
+    }
+    Ok(Scenario {
+        driver_version: raw.driver_version,
+        cuda_driver_version,
+        gpus,
+        kubelet: raw.kubelet,
+        pods,
+        processes,
+    })
 }
 
 fn resolve_gpu(index: u32, spec: GpuSpec) -> Result<Gpu, FieldError> {
@@ -269,6 +301,7 @@ fn resolve_gpu(index: u32, spec: GpuSpec) -> Result<Gpu, FieldError> {
         fault.validate(model, ecc_enabled).map_err(|(f, r)| (format!("faults[{i}].{f}"), r))?;
     }
     faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    let mig = spec.mig.map(|m| mig::resolve(m, model, index)).transpose()?;
     Ok(Gpu {
         index,
         model,
@@ -283,6 +316,7 @@ fn resolve_gpu(index: u32, spec: GpuSpec) -> Result<Gpu, FieldError> {
         values: spec.values,
         counters: spec.counters,
         faults,
+        mig,
     })
 }
 
@@ -434,6 +468,65 @@ mod tests {
         let (field, reason) = refused("gpus: [\n  {model: H100\n");
         assert!(field.starts_with("gpus[0]"), "{field}");
         assert!(reason.contains("line"), "{reason}");
+    }
+
+    const MIG_NODE: &str = "gpus:
+  - {model: H100-SXM5-80GB, mig: {layout: all-3g.40gb}}
+  - {model: H100-SXM5-80GB}
+";
+
+    #[test]
+    fn pods_resolve_to_kubelet_device_ids() {
+        let text = format!(
+            "{MIG_NODE}pods:
+  - namespace: a
+    name: p
+    containers:
+      - name: c
+        devices: [{{resource: nvidia.com/mig-3g.40gb, gpu: 0, mig: 1}}, {{resource: nvidia.com/gpu, gpu: 1, replica: 2}}]
+        processes: [{{pid: 100, gpu: 0, mig: 1, memory_used_mib: 10}}]
+"
+        );
+        let s = Scenario::parse("n.yaml", &text).unwrap();
+        let devices = &s.pods[0].containers[0].devices;
+        let mig_uuid = &s.gpus[0].mig.as_ref().unwrap()[1].uuid;
+        assert_eq!(devices[0], ("nvidia.com/mig-3g.40gb".to_string(), mig_uuid.clone()));
+        assert_eq!(devices[1].1, format!("{}::2", s.gpus[1].uuid));
+        assert_eq!(s.processes[0].owner, Some((0, 0)));
+        assert_eq!(s.pods[0].containers[0].id.len(), 64);
+    }
+
+    #[test]
+    fn allocations_the_device_plugin_could_not_make_are_refused() {
+        let twice = format!(
+            "{MIG_NODE}pods:
+  - {{namespace: a, name: p, containers: [{{name: c, devices: [{{resource: nvidia.com/gpu, gpu: 1}}]}}]}}
+  - {{namespace: a, name: q, containers: [{{name: c, devices: [{{resource: nvidia.com/gpu, gpu: 1}}]}}]}}
+"
+        );
+        let (field, reason) = refused(&twice);
+        assert_eq!(field, "pods[1].containers[0].devices[0]");
+        assert!(reason.contains("already allocated to a/p/c"), "{reason}");
+        let wrong_profile = format!(
+            "{MIG_NODE}pods:
+  - {{namespace: a, name: p, containers: [{{name: c, devices: [{{resource: nvidia.com/mig-1g.10gb, gpu: 0, mig: 0}}]}}]}}
+"
+        );
+        assert!(refused(&wrong_profile).1.contains("is a 3g.40gb"));
+        let whole_mig_gpu = format!(
+            "{MIG_NODE}pods:
+  - {{namespace: a, name: p, containers: [{{name: c, devices: [{{resource: nvidia.com/gpu, gpu: 0}}]}}]}}
+"
+        );
+        assert!(refused(&whole_mig_gpu).1.contains("in MIG mode"));
+    }
+
+    #[test]
+    fn processes_must_sit_where_the_gpu_allows() {
+        let no_instance = format!("{MIG_NODE}host_processes: [{{pid: 7, gpu: 0}}]\n");
+        assert_eq!(refused(&no_instance).0, "host_processes[0].mig");
+        let duplicate = format!("{MIG_NODE}host_processes: [{{pid: 7, gpu: 1}}, {{pid: 7, gpu: 1}}]\n");
+        assert!(refused(&duplicate).1.contains("PID 7"));
     }
 
     #[test]

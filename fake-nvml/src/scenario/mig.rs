@@ -1,0 +1,206 @@
+//! MIG layouts in a scenario: which GPU instances a GPU is cut into.
+//!
+//! `mig: {layout: all-1g.10gb}` fills the GPU with one profile (the seed's
+//! `all-1g.10gb`, `all-2g.20gb`, `all-3g.40gb`; on H200 e.g. `all-1g.18gb`); or
+//! `mig: {instances: [{profile: 4g.40gb}, {profile: 1g.10gb}, ...]}` lists them. Each
+//! GPU instance holds one compute instance of the same size. Layouts are checked
+//! against the GPU's seven compute and eight memory slices.
+
+use serde::Deserialize;
+
+use super::Signal;
+use crate::models::{MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, MigProfile, Model, mig_profiles};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigSpec {
+    pub layout: Option<String>,
+    #[serde(default)]
+    pub instances: Vec<InstanceSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceSpec {
+    pub profile: String,
+    pub uuid: Option<String>,
+    #[serde(default)]
+    pub values: InstanceValues,
+}
+
+/// Per-instance readings; GPM metrics are percentages of the instance's own capacity.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceValues {
+    /// SM activity (GPM). Default 0.
+    pub sm_activity: Option<Signal>,
+    /// Tensor pipe activity (GPM). Default 0.
+    pub tensor_activity: Option<Signal>,
+    /// DRAM bandwidth use (GPM). Default 0.
+    pub dram_activity: Option<Signal>,
+    /// Memory allocated in the instance, MiB. Default 0.
+    pub memory_used_mib: Option<Signal>,
+}
+
+/// A resolved GPU instance (with its single compute instance).
+#[derive(Debug, Clone)]
+pub struct MigInstance {
+    /// Position in the GPU's MIG device list (`nvmlDeviceGetMigDeviceHandleByIndex`).
+    pub index: u32,
+    pub profile: MigProfile,
+    pub uuid: String,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+    /// First compute slice it occupies.
+    pub placement_start: u32,
+    pub values: InstanceValues,
+}
+
+/// Resolves a MIG spec for GPU `gpu_index`; the error is (field, reason).
+pub fn resolve(spec: MigSpec, model: &Model, gpu_index: u32) -> Result<Vec<MigInstance>, (String, String)> {
+    let profiles = mig_profiles(model);
+    if profiles.is_empty() {
+        return Err(("mig".into(), format!("{} has no MIG", model.key)));
+    }
+    let find = |name: &str, field: String| {
+        profiles.iter().find(|p| p.name == name).copied().ok_or_else(|| {
+            let known: Vec<&str> = profiles.iter().map(|p| p.name).collect();
+            (field, format!("{} has no MIG profile {name:?}; it has {}", model.key, known.join(", ")))
+        })
+    };
+    let mut specs: Vec<(MigProfile, InstanceSpec)> = Vec::new();
+    match (&spec.layout, spec.instances.is_empty()) {
+        (Some(_), false) => return Err(("mig".into(), "give either layout or instances, not both".into())),
+        (None, true) => return Err(("mig".into(), "give a layout (e.g. all-1g.10gb) or a list of instances".into())),
+        (Some(layout), true) => {
+            let name = layout.strip_prefix("all-").ok_or_else(|| {
+                ("mig.layout".to_string(), format!("{layout:?}: named layouts are all-<profile>, e.g. all-3g.40gb"))
+            })?;
+            let profile = find(name, "mig.layout".into())?;
+            for _ in 0..profile.max_instances {
+                specs.push((
+                    profile,
+                    InstanceSpec { profile: name.into(), uuid: None, values: InstanceValues::default() },
+                ));
+            }
+        }
+        (None, false) => {
+            for (i, instance) in spec.instances.into_iter().enumerate() {
+                let profile = find(&instance.profile, format!("mig.instances[{i}].profile"))?;
+                specs.push((profile, instance));
+            }
+        }
+    }
+    let compute: u32 = specs.iter().map(|(p, _)| p.compute_slices).sum();
+    let memory: u32 = specs.iter().map(|(p, _)| p.memory_slices).sum();
+    if compute > MIG_COMPUTE_SLICES || memory > MIG_MEMORY_SLICES {
+        return Err((
+            "mig".into(),
+            format!(
+                "the instances need {compute} compute and {memory} memory slices; the GPU has {MIG_COMPUTE_SLICES} and {MIG_MEMORY_SLICES}"
+            ),
+        ));
+    }
+    let mut start = 0;
+    let mut instances = Vec::with_capacity(specs.len());
+    for (i, (profile, spec)) in specs.into_iter().enumerate() {
+        let index = i as u32;
+        let uuid = match spec.uuid {
+            Some(u) if is_mig_uuid(&u) => u,
+            Some(u) => {
+                return Err((
+                    format!("mig.instances[{i}].uuid"),
+                    format!("{u:?} is not of the form MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"),
+                ));
+            }
+            None => format!(
+                "MIG-{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+                0x5eed_0000u32 + gpu_index,
+                index,
+                gpu_index,
+                index,
+                0xa11ce_u64
+            ),
+        };
+        for (name, signal) in [
+            ("sm_activity", &spec.values.sm_activity),
+            ("tensor_activity", &spec.values.tensor_activity),
+            ("dram_activity", &spec.values.dram_activity),
+            ("memory_used_mib", &spec.values.memory_used_mib),
+        ] {
+            if let Some(s) = signal {
+                s.validate().map_err(|r| (format!("mig.instances[{i}].values.{name}"), r))?;
+            }
+        }
+        instances.push(MigInstance {
+            index,
+            profile,
+            uuid,
+            // The driver numbers GPU instances from 1 in creation order here; real ids
+            // depend on placement, and consumers must not assume either.
+            gpu_instance_id: index + 1,
+            compute_instance_id: 0,
+            placement_start: start,
+            values: spec.values,
+        });
+        start += profile.compute_slices;
+    }
+    Ok(instances)
+}
+
+fn is_mig_uuid(text: &str) -> bool {
+    text.strip_prefix("MIG-").is_some_and(|hex| {
+        let groups: Vec<&str> = hex.split('-').collect();
+        groups.len() == 5
+            && groups
+                .iter()
+                .zip([8, 4, 4, 4, 12])
+                .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::find;
+
+    fn spec(yaml: &str) -> MigSpec {
+        serde_yaml_ng::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn the_seed_layouts_fit() {
+        let h100 = find("H100-SXM5-80GB").unwrap();
+        assert_eq!(resolve(spec("layout: all-1g.10gb"), h100, 0).unwrap().len(), 7);
+        assert_eq!(resolve(spec("layout: all-2g.20gb"), h100, 0).unwrap().len(), 3);
+        assert_eq!(resolve(spec("layout: all-3g.40gb"), h100, 0).unwrap().len(), 2);
+        let mixed =
+            resolve(spec("instances: [{profile: 4g.40gb}, {profile: 1g.10gb}, {profile: 1g.10gb}]"), h100, 0).unwrap();
+        assert_eq!(mixed.iter().map(|i| i.placement_start).collect::<Vec<_>>(), [0, 4, 5]);
+        let h200 = find("H200-SXM-141GB").unwrap();
+        assert_eq!(resolve(spec("layout: all-1g.18gb"), h200, 0).unwrap().len(), 7);
+    }
+
+    #[test]
+    fn impossible_layouts_are_refused() {
+        let a100 = find("A100-SXM4-80GB").unwrap();
+        let err = resolve(spec("instances: [{profile: 4g.40gb}, {profile: 4g.40gb}]"), a100, 0).unwrap_err();
+        assert!(err.1.contains("8 compute"), "{err:?}");
+        let err = resolve(spec("layout: all-1g.18gb"), a100, 0).unwrap_err();
+        assert_eq!(err.0, "mig.layout");
+        let l40s = find("L40S-48GB").unwrap();
+        assert!(resolve(spec("layout: all-1g.10gb"), l40s, 0).unwrap_err().1.contains("no MIG"));
+    }
+
+    #[test]
+    fn generated_uuids_are_distinct_and_well_formed() {
+        let h100 = find("H100-SXM5-80GB").unwrap();
+        let a = resolve(spec("layout: all-1g.10gb"), h100, 0).unwrap();
+        let b = resolve(spec("layout: all-1g.10gb"), h100, 1).unwrap();
+        let mut all: Vec<&str> = a.iter().chain(&b).map(|i| i.uuid.as_str()).collect();
+        assert!(all.iter().all(|u| is_mig_uuid(u)), "{all:?}");
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 14);
+    }
+}
