@@ -78,6 +78,53 @@ pub struct GpuSnapshot {
     pub readings: Option<GpuReadings>,
     /// XID errors seen on this GPU since the exporter started, by code.
     pub xids: BTreeMap<u64, XidRecord>,
+    /// MIG instances, when the GPU is in MIG mode and they could be read.
+    pub mig: Option<MigState>,
+    /// Compute processes NVML reports on the whole GPU (not in MIG mode) this cycle.
+    pub processes: Vec<ProcessUsage>,
+}
+
+/// A MIG-mode GPU's layout.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MigState {
+    pub instances: Vec<MigInstance>,
+    /// Compute slices no GPU instance uses.
+    pub free_compute_slices: u32,
+    /// Compute slices of the GPU (7 on A100/H100/H200).
+    pub total_compute_slices: u32,
+    /// How many more instances of each profile would fit now, by profile name.
+    pub available_by_profile: BTreeMap<String, u32>,
+}
+
+/// One MIG device (a GPU instance with one compute instance).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MigInstance {
+    /// `MIG-...`, the id the device plugin allocates.
+    pub uuid: String,
+    /// e.g. `3g.40gb`; `1c.3g.40gb` when the compute instance is smaller than its GPU instance.
+    pub profile: String,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+    /// Compute slices of the GPU instance.
+    pub compute_slices: u32,
+    pub memory: Option<MemoryReading>,
+    /// GPM, percent of the instance's capacity over the last collection interval;
+    /// `None` where the GPU has no GPM (before Hopper) or no interval has passed yet.
+    pub sm_activity_percent: Option<f64>,
+    pub tensor_activity_percent: Option<f64>,
+    pub dram_activity_percent: Option<f64>,
+    pub processes: Vec<ProcessUsage>,
+}
+
+/// A compute process on a GPU or MIG instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProcessUsage {
+    pub pid: u32,
+    /// `None` when the driver withholds it (e.g. without privileges).
+    pub used_memory_bytes: Option<u64>,
+    /// Mean SM utilization of the process over the collection interval, percent of the
+    /// GPU; `None` where NVML has no per-process samples (MIG devices).
+    pub sm_utilization_percent: Option<f64>,
 }
 
 /// Static identity, read when the GPU is first seen.
