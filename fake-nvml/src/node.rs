@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 
-use crate::scenario::{FaultKind, Gpu, RecoveryAction, Scenario, Signal};
+use crate::scenario::{FaultKind, Gpu, MigInstance, Process, RecoveryAction, Scenario, Signal};
 
 /// The simulated node.
 #[derive(Debug)]
@@ -54,6 +54,14 @@ pub struct EccCounts {
 }
 
 impl Node {
+    /// Processes alive at `t` on GPU `gpu`: all of them, or those of one MIG instance.
+    pub fn processes_on(&self, gpu: u32, instance: Option<u32>, t: f64) -> impl Iterator<Item = &Process> {
+        self.scenario
+            .processes
+            .iter()
+            .filter(move |p| p.gpu == gpu && p.alive(t) && (instance.is_none() || p.mig == instance))
+    }
+
     pub fn new(scenario: Scenario) -> Self {
         let gpus = scenario
             .gpus
@@ -298,6 +306,27 @@ impl SimGpu {
             _ => None,
         })
     }
+}
+
+/// Readings of one MIG instance.
+pub fn instance_memory_used_bytes(instance: &MigInstance, t: f64) -> u64 {
+    let mib = value(&instance.values.memory_used_mib, t, 0.0).clamp(0.0, instance.profile.memory_mib as f64);
+    (mib * 1024.0 * 1024.0) as u64
+}
+
+/// GPM activity of a MIG instance in percent: `metric` is one of the instance values.
+pub fn instance_activity(signal: &Option<Signal>, t: f64) -> f64 {
+    value(signal, t, 0.0).clamp(0.0, 100.0)
+}
+
+/// Memory a process holds, in bytes.
+pub fn process_memory_bytes(process: &Process, t: f64) -> u64 {
+    (value(&process.memory_used_mib, t, 0.0).max(0.0) * 1024.0 * 1024.0) as u64
+}
+
+/// Percent of the GPU's SMs a process keeps busy.
+pub fn process_sm_utilization(process: &Process, t: f64) -> u32 {
+    percent(value(&process.sm_utilization, t, 0.0))
 }
 
 fn percent(v: f64) -> u32 {

@@ -4,7 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+mod common;
+
+use common::library;
 use std::time::Duration;
 
 use nvml_wrapper::Nvml;
@@ -16,16 +18,6 @@ use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id::*;
-
-fn library() -> PathBuf {
-    let out = std::process::Command::new(env!("CARGO"))
-        .args(["build", "-p", "fake-nvml", "--lib"])
-        .output()
-        .expect("cargo runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let exe = std::env::current_exe().expect("test path");
-    exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("libfake_nvml.so")
-}
 
 const SCENARIO: &str = r#"
 driver_version: "550.90.07"

@@ -4,7 +4,7 @@
 
 use nvml_wrapper_sys::bindings::NvmlLib;
 
-use super::{device as d, events as e, fields as f, system as s};
+use super::{device as d, events as e, fields as f, gpm as g, mig as m, processes as p, system as s};
 
 fn same_signature<T, E>(_loader_field: &Result<T, E>, _export: T) {}
 
@@ -63,4 +63,23 @@ fn check(lib: &NvmlLib) {
     same_signature(&lib.nvmlDeviceGetSupportedEventTypes, e::nvmlDeviceGetSupportedEventTypes);
     same_signature(&lib.nvmlDeviceRegisterEvents, e::nvmlDeviceRegisterEvents);
     same_signature(&lib.nvmlEventSetWait_v2, e::nvmlEventSetWait_v2);
+    same_signature(&lib.nvmlDeviceGetMaxMigDeviceCount, m::nvmlDeviceGetMaxMigDeviceCount);
+    same_signature(&lib.nvmlDeviceGetMigDeviceHandleByIndex, m::nvmlDeviceGetMigDeviceHandleByIndex);
+    same_signature(&lib.nvmlDeviceIsMigDeviceHandle, m::nvmlDeviceIsMigDeviceHandle);
+    same_signature(&lib.nvmlDeviceGetDeviceHandleFromMigDeviceHandle, m::nvmlDeviceGetDeviceHandleFromMigDeviceHandle);
+    same_signature(&lib.nvmlDeviceGetGpuInstanceId, m::nvmlDeviceGetGpuInstanceId);
+    same_signature(&lib.nvmlDeviceGetComputeInstanceId, m::nvmlDeviceGetComputeInstanceId);
+    same_signature(&lib.nvmlDeviceGetAttributes_v2, m::nvmlDeviceGetAttributes_v2);
+    same_signature(&lib.nvmlDeviceGetGpuInstanceProfileInfoV, m::nvmlDeviceGetGpuInstanceProfileInfoV);
+    same_signature(&lib.nvmlDeviceGetGpuInstanceRemainingCapacity, m::nvmlDeviceGetGpuInstanceRemainingCapacity);
+    same_signature(&lib.nvmlDeviceGetGpuInstanceById, m::nvmlDeviceGetGpuInstanceById);
+    same_signature(&lib.nvmlGpuInstanceGetInfo, m::nvmlGpuInstanceGetInfo);
+    same_signature(&lib.nvmlDeviceGetComputeRunningProcesses_v3, p::nvmlDeviceGetComputeRunningProcesses_v3);
+    same_signature(&lib.nvmlDeviceGetMPSComputeRunningProcesses_v3, p::nvmlDeviceGetMPSComputeRunningProcesses_v3);
+    same_signature(&lib.nvmlDeviceGetProcessUtilization, p::nvmlDeviceGetProcessUtilization);
+    same_signature(&lib.nvmlGpmSampleAlloc, g::nvmlGpmSampleAlloc);
+    same_signature(&lib.nvmlGpmSampleFree, g::nvmlGpmSampleFree);
+    same_signature(&lib.nvmlGpmSampleGet, g::nvmlGpmSampleGet);
+    same_signature(&lib.nvmlGpmMigSampleGet, g::nvmlGpmMigSampleGet);
+    same_signature(&lib.nvmlGpmMetricsGet, g::nvmlGpmMetricsGet);
 }

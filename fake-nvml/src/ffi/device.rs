@@ -10,7 +10,8 @@ use nvml_wrapper_sys::bindings::{
     nvmlUtilization_t,
 };
 
-use super::{device_call, put, put_str, ret};
+use super::{Target, device_call, put, put_str, ret, target_call};
+use crate::node::instance_memory_used_bytes;
 
 const CLOCK_GRAPHICS: nvmlClockType_t = 0;
 const CLOCK_SM: nvmlClockType_t = 1;
@@ -45,9 +46,13 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(device: nvmlDevice_t, index: *mut c_
 /// `name` is null or valid for `length` bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetName(device: nvmlDevice_t, name: *mut c_char, length: c_uint) -> nvmlReturn_t {
-    device_call("nvmlDeviceGetName", device, |gpu, _| {
+    target_call("nvmlDeviceGetName", device, |target, _| {
+        let text = match target {
+            Target::Gpu(gpu) => gpu.spec.model.name.to_string(),
+            Target::Mig(gpu, mig) => format!("{} MIG {}", gpu.spec.model.name, mig.profile.name),
+        };
         // SAFETY: caller contract.
-        unsafe { put_str(name, length, gpu.spec.model.name) }
+        unsafe { put_str(name, length, &text) }
     })
 }
 
@@ -55,9 +60,13 @@ pub unsafe extern "C" fn nvmlDeviceGetName(device: nvmlDevice_t, name: *mut c_ch
 /// `uuid` is null or valid for `length` bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetUUID(device: nvmlDevice_t, uuid: *mut c_char, length: c_uint) -> nvmlReturn_t {
-    device_call("nvmlDeviceGetUUID", device, |gpu, _| {
+    target_call("nvmlDeviceGetUUID", device, |target, _| {
+        let text = match target {
+            Target::Gpu(gpu) => &gpu.spec.uuid,
+            Target::Mig(_, mig) => &mig.uuid,
+        };
         // SAFETY: caller contract.
-        unsafe { put_str(uuid, length, &gpu.spec.uuid) }
+        unsafe { put_str(uuid, length, text) }
     })
 }
 
@@ -111,7 +120,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
-    device_call("nvmlDeviceGetMemoryInfo_v2", device, |gpu, t| {
+    target_call("nvmlDeviceGetMemoryInfo_v2", device, |target, t| {
         if memory.is_null() {
             return Err(ret::INVALID_ARGUMENT);
         }
@@ -119,9 +128,12 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         if unsafe { (*memory).version } != MEMORY_V2_VERSION {
             return Err(ret::ARGUMENT_VERSION_MISMATCH);
         }
-        let total = gpu.spec.model.memory_total_bytes;
-        let reserved = gpu.spec.model.memory_reserved_bytes;
-        let used = gpu.memory_used_bytes(t);
+        let (total, reserved, used) = match target {
+            Target::Gpu(gpu) => {
+                (gpu.spec.model.memory_total_bytes, gpu.spec.model.memory_reserved_bytes, gpu.memory_used_bytes(t))
+            }
+            Target::Mig(_, mig) => (mig.profile.memory_mib * 1024 * 1024, 0, instance_memory_used_bytes(mig, t)),
+        };
         out!(
             memory,
             nvmlMemory_v2_t { version: MEMORY_V2_VERSION, total, reserved, free: total - reserved - used, used }

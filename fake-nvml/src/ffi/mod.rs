@@ -10,6 +10,9 @@ mod abi_check;
 mod device;
 mod events;
 mod fields;
+mod gpm;
+mod mig;
+mod processes;
 mod system;
 
 use std::ffi::c_char;
@@ -51,13 +54,36 @@ struct Loaded {
 static STATE: RwLock<Option<Arc<Loaded>>> = RwLock::new(None);
 static INIT_COUNT: Mutex<u32> = Mutex::new(0);
 
-/// Handles are addresses inside this array: GPU `i` is `&DEVICE_SLOTS[i]`.
+/// Handles are addresses inside these arrays: GPU `i` is `&DEVICE_SLOTS[i]`, MIG
+/// device `j` of GPU `i` is `&MIG_SLOTS[i * MAX_MIG + j]`, and GPU instance `j` of
+/// GPU `i` is `&GPU_INSTANCE_SLOTS[i * MAX_MIG + j]`.
 const MAX_GPUS: usize = 64;
+const MAX_MIG: usize = 8;
 static DEVICE_SLOTS: [u8; MAX_GPUS] = [0; MAX_GPUS];
+static MIG_SLOTS: [u8; MAX_GPUS * MAX_MIG] = [0; MAX_GPUS * MAX_MIG];
+static GPU_INSTANCE_SLOTS: [u8; MAX_GPUS * MAX_MIG] = [0; MAX_GPUS * MAX_MIG];
 
 fn device_handle(index: usize) -> nvmlDevice_t {
     DEVICE_SLOTS[index.min(MAX_GPUS - 1)..].as_ptr() as nvmlDevice_t
 }
+
+fn mig_handle(gpu: usize, instance: usize) -> nvmlDevice_t {
+    MIG_SLOTS[(gpu * MAX_MIG + instance).min(MIG_SLOTS.len() - 1)..].as_ptr() as nvmlDevice_t
+}
+
+fn slot_offset(handle: usize, slots: &[u8]) -> Option<usize> {
+    let offset = handle.wrapping_sub(slots.as_ptr() as usize);
+    (offset < slots.len()).then_some(offset)
+}
+
+/// What a device handle designates.
+#[derive(Debug, Clone, Copy)]
+enum Target<'a> {
+    Gpu(&'a SimGpu),
+    Mig(&'a SimGpu, &'a fake_mig::MigInstance),
+}
+
+use crate::scenario as fake_mig;
 
 fn loaded() -> Result<Arc<Loaded>, nvmlReturn_t> {
     let guard = STATE.read().map_err(|_| ret::UNKNOWN)?;
@@ -65,9 +91,14 @@ fn loaded() -> Result<Arc<Loaded>, nvmlReturn_t> {
 }
 
 impl Loaded {
-    fn gpu(&self, handle: nvmlDevice_t) -> Result<&SimGpu, nvmlReturn_t> {
-        let offset = (handle as usize).wrapping_sub(DEVICE_SLOTS.as_ptr() as usize);
-        self.node.gpus.get(offset).filter(|_| offset < MAX_GPUS).ok_or(ret::INVALID_ARGUMENT)
+    fn target(&self, handle: nvmlDevice_t) -> Result<Target<'_>, nvmlReturn_t> {
+        if let Some(i) = slot_offset(handle as usize, &DEVICE_SLOTS) {
+            return self.node.gpus.get(i).map(Target::Gpu).ok_or(ret::INVALID_ARGUMENT);
+        }
+        let i = slot_offset(handle as usize, &MIG_SLOTS).ok_or(ret::INVALID_ARGUMENT)?;
+        let gpu = self.node.gpus.get(i / MAX_MIG).ok_or(ret::INVALID_ARGUMENT)?;
+        let instance = gpu.spec.mig.as_ref().and_then(|m| m.get(i % MAX_MIG)).ok_or(ret::INVALID_ARGUMENT)?;
+        Ok(Target::Mig(gpu, instance))
     }
 }
 
@@ -81,15 +112,27 @@ fn guard(body: impl FnOnce() -> CallResult) -> nvmlReturn_t {
 }
 
 /// The common prologue of a per-GPU call named `call`: state, handle, hang, lost.
+/// A MIG device handle answers `NOT_SUPPORTED`, as the driver does for GPU-wide queries.
 fn device_call(call: &str, device: nvmlDevice_t, body: impl FnOnce(&SimGpu, f64) -> CallResult) -> nvmlReturn_t {
+    target_call(call, device, |target, t| match target {
+        Target::Gpu(gpu) => body(gpu, t),
+        Target::Mig(..) => Err(ret::NOT_SUPPORTED),
+    })
+}
+
+/// As [`device_call`], for calls that also answer on MIG device handles.
+fn target_call(call: &str, device: nvmlDevice_t, body: impl FnOnce(Target<'_>, f64) -> CallResult) -> nvmlReturn_t {
     guard(|| {
         let state = loaded()?;
-        let gpu = state.gpu(device)?;
+        let target = state.target(device)?;
+        let gpu = match target {
+            Target::Gpu(g) | Target::Mig(g, _) => g,
+        };
         let t = hang_then_now(&state, gpu, call);
         if gpu.is_lost(t) {
             return Err(ret::GPU_IS_LOST);
         }
-        body(gpu, t)
+        body(target, t)
     })
 }
 

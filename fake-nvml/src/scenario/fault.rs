@@ -133,6 +133,11 @@ pub const HANGABLE_CALLS: &[&str] = &[
     "nvmlDeviceGetCurrentClocksEventReasons",
     "nvmlDeviceGetCurrentClocksThrottleReasons",
     "nvmlDeviceGetPerformanceState",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetProcessUtilization",
+    "nvmlGpmSampleGet",
+    "nvmlGpmMigSampleGet",
 ];
 
 #[derive(Deserialize)]

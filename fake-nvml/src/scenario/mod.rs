@@ -129,6 +129,12 @@ pub struct Values {
     pub pcie_rx_bytes_per_second: Option<Signal>,
     /// P-state number, 0 (fastest) to 15. Default 0.
     pub performance_state: Option<Signal>,
+    /// GPM SM activity of the whole GPU, percent (Hopper and newer). Default: `utilization`.
+    pub sm_activity: Option<Signal>,
+    /// GPM tensor-pipe activity, percent. Default 0.
+    pub tensor_activity: Option<Signal>,
+    /// GPM DRAM bandwidth use, percent. Default: `memory_activity`.
+    pub dram_activity: Option<Signal>,
 }
 
 /// Counter values at scenario time 0; faults add to them.
@@ -321,7 +327,10 @@ fn resolve_gpu(index: u32, spec: GpuSpec) -> Result<Gpu, FieldError> {
 }
 
 fn check_values(values: &Values, model: &Model) -> Result<(), FieldError> {
-    let named: [(&str, &Option<Signal>); 12] = [
+    let named: [(&str, &Option<Signal>); 15] = [
+        ("sm_activity", &values.sm_activity),
+        ("tensor_activity", &values.tensor_activity),
+        ("dram_activity", &values.dram_activity),
         ("utilization", &values.utilization),
         ("memory_activity", &values.memory_activity),
         ("memory_used_mib", &values.memory_used_mib),

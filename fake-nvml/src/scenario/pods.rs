@@ -135,6 +135,9 @@ pub struct ProcessSpec {
     /// False for a process that has already left `/proc` when the exporter looks.
     #[serde(default = "yes")]
     pub in_procfs: bool,
+    /// A client of the MPS server: NVML lists it among MPS processes, not compute ones.
+    #[serde(default)]
+    pub mps: bool,
 }
 
 fn yes() -> bool {
@@ -172,6 +175,7 @@ pub struct Process {
     pub start_s: f64,
     pub end_s: Option<f64>,
     pub in_procfs: bool,
+    pub mps: bool,
     /// (pod index, container index) in `Scenario::pods`; `None` for host processes.
     pub owner: Option<(usize, usize)>,
 }
@@ -348,6 +352,7 @@ fn resolve_process(
         start_s: spec.start_s,
         end_s: spec.end_s,
         in_procfs: spec.in_procfs,
+        mps: spec.mps,
         owner,
     })
 }
