@@ -172,6 +172,9 @@ fn full_readings() -> GpuReadings {
         clock_events: Some(ClockEvents { supported: 0x1ff, active: 0x4 }),
         recovery_action: Some(RecoveryAction::None),
         mig_enabled: Some(false),
+        sm_activity_percent: Some(68.5),
+        tensor_activity_percent: Some(41.0),
+        dram_activity_percent: Some(30.25),
     }
 }
 

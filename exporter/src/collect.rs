@@ -260,6 +260,8 @@ fn apply_outcome(
             match report.outcome {
                 ReadOutcome::Read(readings) => {
                     gpu.readings = Some(*readings);
+                    gpu.mig = report.mig;
+                    gpu.processes = report.processes;
                     gpu.last_success = Some(now);
                     GpuState::Ok
                 }
@@ -281,6 +283,8 @@ fn apply_outcome(
     };
     if new_state != GpuState::Ok {
         gpu.readings = None;
+        gpu.mig = None;
+        gpu.processes.clear();
     }
     log_transition(gpu, &new_state);
     gpu.state = new_state;
@@ -314,6 +318,8 @@ mod tests {
             outcome,
             identity: Some(GpuIdentity { uuid: "GPU-1".into(), ..GpuIdentity::default() }),
             failures: vec![("nvmlDeviceGetPowerUsage", "unknown")],
+            mig: None,
+            processes: Vec::new(),
         }))
     }
 

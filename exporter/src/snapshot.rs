@@ -199,6 +199,11 @@ pub struct GpuReadings {
     pub clock_events: Option<ClockEvents>,
     pub recovery_action: Option<RecoveryAction>,
     pub mig_enabled: Option<bool>,
+    /// GPM activity of the whole GPU over the last collection interval, percent
+    /// (Hopper and newer, outside MIG mode).
+    pub sm_activity_percent: Option<f64>,
+    pub tensor_activity_percent: Option<f64>,
+    pub dram_activity_percent: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

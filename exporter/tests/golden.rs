@@ -27,8 +27,16 @@ const RUN_DEPENDENT: &[&str] = &[
     "gpu_exporter_nvml_call_seconds_total",
 ];
 
-const SCENARIOS: &[&str] =
-    &["a100-80gb", "h100-80gb", "h200-141gb", "l40s-48gb", "rtx-4090-24gb", "h100-8gpu-node", "seed-mixed-node"];
+const SCENARIOS: &[&str] = &[
+    "a100-80gb",
+    "h100-80gb",
+    "h200-141gb",
+    "l40s-48gb",
+    "rtx-4090-24gb",
+    "h100-8gpu-node",
+    "h200-mig-node",
+    "seed-mixed-node",
+];
 
 fn golden_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name)

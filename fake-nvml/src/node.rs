@@ -122,10 +122,15 @@ impl SimGpu {
         percent(value(&self.spec.values.memory_activity, t, 0.0))
     }
 
-    pub fn memory_used_bytes(&self, t: f64) -> u64 {
-        let mib = value(&self.spec.values.memory_used_mib, t, 0.0).max(0.0);
+    /// Memory used: the GPU's own signal, else what its processes hold (`processes`
+    /// are this GPU's processes alive at `t`).
+    pub fn memory_used_bytes<'a>(&self, t: f64, processes: impl Iterator<Item = &'a Process>) -> u64 {
         let usable = self.spec.model.memory_total_bytes - self.spec.model.memory_reserved_bytes;
-        ((mib * 1024.0 * 1024.0) as u64).min(usable)
+        let bytes = match &self.spec.values.memory_used_mib {
+            Some(signal) => (signal.at(t).max(0.0) * 1024.0 * 1024.0) as u64,
+            None => processes.map(|p| process_memory_bytes(p, t)).sum(),
+        };
+        bytes.min(usable)
     }
 
     pub fn power_watts(&self, t: f64) -> f64 {
@@ -308,10 +313,14 @@ impl SimGpu {
     }
 }
 
-/// Readings of one MIG instance.
-pub fn instance_memory_used_bytes(instance: &MigInstance, t: f64) -> u64 {
-    let mib = value(&instance.values.memory_used_mib, t, 0.0).clamp(0.0, instance.profile.memory_mib as f64);
-    (mib * 1024.0 * 1024.0) as u64
+/// Memory used in a MIG instance: its own signal, else what its processes hold.
+pub fn instance_memory_used_bytes(node: &Node, gpu: u32, instance: &MigInstance, t: f64) -> u64 {
+    let limit = instance.profile.memory_mib * 1024 * 1024;
+    let bytes = match &instance.values.memory_used_mib {
+        Some(signal) => (signal.at(t).max(0.0) * 1024.0 * 1024.0) as u64,
+        None => node.processes_on(gpu, Some(instance.index), t).map(|p| process_memory_bytes(p, t)).sum(),
+    };
+    bytes.min(limit)
 }
 
 /// GPM activity of a MIG instance in percent: `metric` is one of the instance values.
@@ -398,7 +407,7 @@ mod tests {
     fn memory_used_never_exceeds_what_is_usable() {
         let n = node("{model: RTX-4090-24GB, values: {memory_used_mib: 999999}}");
         let g = &n.gpus[0];
-        assert_eq!(g.memory_used_bytes(0.0), (24564 - 312) * 1024 * 1024);
+        assert_eq!(g.memory_used_bytes(0.0, std::iter::empty()), (24564 - 312) * 1024 * 1024);
     }
 
     #[test]

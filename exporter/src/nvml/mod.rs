@@ -1,8 +1,12 @@
 //! The NVML edge: loading the library, per-GPU reading threads with deadlines, and XID
 //! events. Nothing outside this module touches `nvml-wrapper`.
 
+pub mod calls;
 pub mod errors;
 pub mod events;
+pub mod gpm;
+pub mod mig;
+pub mod processes;
 pub mod read;
 pub mod tracker;
 pub mod worker;

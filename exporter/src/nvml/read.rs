@@ -22,10 +22,14 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_REMAPPED_PENDING, NVML_FI_DEV_REMAPPED_UNC,
 };
 
+use super::calls::{CallFailure, Calls, Lost};
 use super::errors::error_label;
+use super::gpm::{GpmTracker, Scope};
+use super::mig::MigReader;
 use super::tracker::CallTracker;
 use crate::snapshot::{
-    ClockEvents, EccCounts, GpuIdentity, GpuReadings, MemoryReading, RecoveryAction, RemappedRows, RetiredPages,
+    ClockEvents, EccCounts, GpuIdentity, GpuReadings, MemoryReading, MigState, ProcessUsage, RecoveryAction,
+    RemappedRows, RetiredPages,
 };
 
 /// How reading a GPU ended.
@@ -37,15 +41,22 @@ pub enum ReadOutcome {
     Failed(String),
 }
 
-/// A failed call: (call, error label).
-pub type CallFailure = (&'static str, &'static str);
-
 /// What one read produced.
 #[derive(Debug, Clone)]
 pub struct ReadReport {
     pub outcome: ReadOutcome,
     pub identity: Option<GpuIdentity>,
     pub failures: Vec<CallFailure>,
+    /// The MIG layout, when the GPU is in MIG mode.
+    pub mig: Option<MigState>,
+    /// Processes on the whole GPU (outside MIG mode).
+    pub processes: Vec<ProcessUsage>,
+}
+
+impl ReadReport {
+    fn without_readings(outcome: ReadOutcome, identity: Option<GpuIdentity>, failures: Vec<CallFailure>) -> Self {
+        ReadReport { outcome, identity, failures, mig: None, processes: Vec::new() }
+    }
 }
 
 /// Static facts cached after the first successful read.
@@ -57,7 +68,7 @@ struct Statics {
     mem_max: Option<u32>,
     supported_clock_events: Option<u64>,
     ecc_enabled: Option<bool>,
-    mig_enabled: Option<bool>,
+    gpm_supported: bool,
 }
 
 /// Reads GPU `index`; one per worker thread.
@@ -68,41 +79,30 @@ pub struct GpuReader {
     identity: Option<GpuIdentity>,
     statics: Option<Statics>,
     unsupported: HashSet<&'static str>,
+    mig: MigReader,
+    gpm: GpmTracker,
+    /// Newest per-process utilization sample seen, microseconds.
+    last_sample_us: u64,
 }
 
-struct Lost;
-
-/// Call context: tracking, the unsupported set and the failure list.
-struct Calls<'a> {
-    tracker: &'a CallTracker,
-    unsupported: &'a mut HashSet<&'static str>,
-    failures: Vec<CallFailure>,
-}
-
-impl Calls<'_> {
-    /// Makes one call unless known unsupported; see the module docs for the outcomes.
-    fn get<T>(&mut self, name: &'static str, call: impl FnOnce() -> Result<T, NvmlError>) -> Result<Option<T>, Lost> {
-        if self.unsupported.contains(name) {
-            return Ok(None);
-        }
-        match self.tracker.run(name, call) {
-            Ok(v) => Ok(Some(v)),
-            Err(NvmlError::NotSupported) => {
-                self.unsupported.insert(name);
-                Ok(None)
-            }
-            Err(NvmlError::GpuLost) => Err(Lost),
-            Err(e) => {
-                self.failures.push((name, error_label(&e)));
-                Ok(None)
-            }
-        }
+impl Drop for GpuReader {
+    fn drop(&mut self) {
+        self.gpm.clear(&self.nvml);
     }
 }
 
 impl GpuReader {
     pub fn new(nvml: Arc<Nvml>, index: u32) -> Self {
-        GpuReader { nvml, index, identity: None, statics: None, unsupported: HashSet::new() }
+        GpuReader {
+            nvml,
+            index,
+            identity: None,
+            statics: None,
+            unsupported: HashSet::new(),
+            mig: MigReader::default(),
+            gpm: GpmTracker::default(),
+            last_sample_us: 0,
+        }
     }
 
     /// One full read of the GPU.
@@ -112,17 +112,19 @@ impl GpuReader {
         let device = match tracker.run("nvmlDeviceGetHandleByIndex_v2", || nvml.device_by_index(self.index)) {
             Ok(d) => d,
             Err(NvmlError::GpuLost) => {
-                return ReadReport { outcome: ReadOutcome::Lost, identity: self.identity.clone(), failures: vec![] };
+                return ReadReport::without_readings(ReadOutcome::Lost, self.identity.clone(), vec![]);
             }
             Err(e) => {
                 let label = error_label(&e);
-                return ReadReport {
-                    outcome: ReadOutcome::Failed(label.to_string()),
-                    identity: self.identity.clone(),
-                    failures: vec![("nvmlDeviceGetHandleByIndex_v2", label)],
-                };
+                return ReadReport::without_readings(
+                    ReadOutcome::Failed(label.to_string()),
+                    self.identity.clone(),
+                    vec![("nvmlDeviceGetHandleByIndex_v2", label)],
+                );
             }
         };
+        let mut mig = None;
+        let mut processes = Vec::new();
         let result = (|| {
             if self.identity.is_none() {
                 self.identity = Some(read_identity(&mut calls, &device)?);
@@ -131,14 +133,31 @@ impl GpuReader {
                 self.statics = Some(read_statics(&mut calls, &device)?);
             }
             let statics = self.statics.clone().unwrap_or_default();
-            read_dynamic(&mut calls, &device, &statics)
+            let mut readings = read_dynamic(&mut calls, &device, &statics)?;
+            // MIG mode can be switched by an administrator (with a GPU reset), so it is read each cycle.
+            let mig_enabled = calls.get("nvmlDeviceGetMigMode", || device.mig_mode())?.map(|m| m.current == 1);
+            readings.mig_enabled = mig_enabled;
+            let gpm = statics.gpm_supported.then_some(&mut self.gpm);
+            if mig_enabled == Some(true) {
+                mig = Some(self.mig.read(&nvml, &mut calls, &device, gpm)?);
+            } else {
+                processes = super::processes::read_whole_gpu(&mut calls, &device, &mut self.last_sample_us)?;
+                if let Some(tracker) = gpm {
+                    let activity = tracker.sample(&nvml, &mut calls, &device, Scope::Gpu)?;
+                    tracker.retain(&nvml, |scope| *scope == Scope::Gpu);
+                    readings.sm_activity_percent = activity.sm;
+                    readings.tensor_activity_percent = activity.tensor;
+                    readings.dram_activity_percent = activity.dram;
+                }
+            }
+            Ok(readings)
         })();
         let failures = std::mem::take(&mut calls.failures);
         let outcome = match result {
             Ok(readings) => ReadOutcome::Read(Box::new(readings)),
             Err(Lost) => ReadOutcome::Lost,
         };
-        ReadReport { outcome, identity: self.identity.clone(), failures }
+        ReadReport { outcome, identity: self.identity.clone(), failures, mig, processes }
     }
 }
 
@@ -169,12 +188,13 @@ fn read_statics(calls: &mut Calls<'_>, device: &Device<'_>) -> Result<Statics, L
             .get("nvmlDeviceGetSupportedClocksThrottleReasons", || device.supported_throttle_reasons())?
             .map(|r| r.bits()),
         ecc_enabled: calls.get("nvmlDeviceGetEccMode", || device.is_ecc_enabled())?.map(|m| m.currently_enabled),
-        mig_enabled: calls.get("nvmlDeviceGetMigMode", || device.mig_mode())?.map(|m| m.current == 1),
+        gpm_supported: calls.get("nvmlGpmQueryDeviceSupport", || device.gpm_support())?.unwrap_or(false),
     })
 }
 
 fn read_dynamic(calls: &mut Calls<'_>, device: &Device<'_>, statics: &Statics) -> Result<GpuReadings, Lost> {
-    let utilization = calls.get("nvmlDeviceGetUtilizationRates", || device.utilization_rates())?;
+    // Not remembered as unsupported: MIG mode (where it is) can be switched off.
+    let utilization = calls.get_optional("nvmlDeviceGetUtilizationRates", || device.utilization_rates())?;
     let memory = calls.get("nvmlDeviceGetMemoryInfo_v2", || device.memory_info())?.map(|m| MemoryReading {
         total_bytes: m.total,
         used_bytes: m.used,
@@ -227,7 +247,7 @@ fn read_dynamic(calls: &mut Calls<'_>, device: &Device<'_>, statics: &Statics) -
             _ => None,
         },
         recovery_action,
-        mig_enabled: statics.mig_enabled,
+        ..GpuReadings::default()
     })
 }
 

@@ -116,6 +116,39 @@ pub const XID_ERRORS: Family = counter("gpu_xid_errors", None, "XID errors seen 
 pub const XID_LAST_SEEN: Family =
     gauge("gpu_xid_last_seen_timestamp_seconds", Some("seconds"), "Unix time at which this XID code was last seen.");
 
+// GPM activity, MIG layout and processes.
+pub const SM_ACTIVITY: Family = gauge(
+    "gpu_sm_activity",
+    None,
+    "Percent of time the SMs had work over the last collection interval (GPM; Hopper and newer), per GPU or MIG instance.",
+);
+pub const TENSOR_ACTIVITY: Family = gauge(
+    "gpu_tensor_activity",
+    None,
+    "Percent of time a tensor pipe was active over the last collection interval (GPM), per GPU or MIG instance.",
+);
+pub const DRAM_ACTIVITY: Family = gauge(
+    "gpu_dram_activity",
+    None,
+    "Percent of peak DRAM bandwidth used over the last collection interval (GPM), per GPU or MIG instance.",
+);
+pub const MIG_ENABLED: Family = gauge("gpu_mig_enabled", None, "1 if the GPU is in MIG mode.");
+pub const MIG_INSTANCE_INFO: Family =
+    info("gpu_mig_instance", "A MIG device: profile, GPU and compute instance ids, MIG UUID. Always 1.");
+pub const MIG_INSTANCE_SLICES: Family =
+    gauge("gpu_mig_instance_compute_slices", None, "Compute slices the MIG instance's GPU instance occupies.");
+pub const MIG_SLICES_FREE: Family =
+    gauge("gpu_mig_compute_slices_free", None, "Compute slices of a MIG-mode GPU that no GPU instance uses.");
+pub const MIG_SLICES_TOTAL: Family =
+    gauge("gpu_mig_compute_slices", None, "Compute slices of a MIG-mode GPU, used or not.");
+pub const MIG_PROFILE_AVAILABLE: Family = gauge(
+    "gpu_mig_profile_available",
+    None,
+    "How many more GPU instances of this profile the driver could create now.",
+);
+pub const PROCESSES: Family =
+    gauge("gpu_processes", None, "Compute processes (MPS clients included) on the GPU or MIG instance.");
+
 // The exporter itself.
 pub const BUILD_INFO: Family = info("gpu_exporter_build", "Exporter version and revision. Always 1.");
 pub const NVML_UP: Family = gauge("gpu_exporter_nvml_up", None, "1 if NVML is loaded and initialised.");
@@ -183,6 +216,16 @@ pub const ALL: &[Family] = &[
     REMAP_FAILED,
     CLOCK_EVENTS,
     RECOVERY_ACTION,
+    SM_ACTIVITY,
+    TENSOR_ACTIVITY,
+    DRAM_ACTIVITY,
+    MIG_ENABLED,
+    MIG_INSTANCE_INFO,
+    MIG_INSTANCE_SLICES,
+    MIG_SLICES_FREE,
+    MIG_SLICES_TOTAL,
+    MIG_PROFILE_AVAILABLE,
+    PROCESSES,
     XID_ERRORS,
     XID_LAST_SEEN,
     BUILD_INFO,

@@ -7,6 +7,7 @@
 
 pub mod encode;
 pub mod families;
+mod mig;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -31,8 +32,10 @@ pub fn render(snapshot: &Snapshot, ctx: &RenderContext, format: Format) -> Strin
     let gpu_labels: Vec<String> = snapshot.gpus.iter().map(|g| gpu_label_list(g, ctx)).collect();
     let own = own_label_list(ctx);
     let mut enc = Encoder::new(&mut out, format);
+    let instance_labels = mig::instance_labels(snapshot, &gpu_labels);
     render_gpu_state(&mut enc, snapshot, &gpu_labels);
-    render_readings(&mut enc, snapshot, &gpu_labels);
+    render_readings(&mut enc, snapshot, &gpu_labels, &instance_labels);
+    mig::render_mig(&mut enc, snapshot, &gpu_labels, &instance_labels);
     render_xids(&mut enc, snapshot, &gpu_labels);
     render_self(&mut enc, snapshot, ctx, &own);
     enc.finish();
@@ -137,13 +140,23 @@ const SINGLE_VALUE: &[(Family, Reading)] = &[
     (f::ECC_ENABLED, |r| r.ecc_enabled.map(flag)),
 ];
 
-fn render_readings(enc: &mut Encoder<'_>, snapshot: &Snapshot, labels: &[String]) {
+fn render_readings(
+    enc: &mut Encoder<'_>,
+    snapshot: &Snapshot,
+    labels: &[String],
+    instances: &[(String, &crate::snapshot::MigInstance)],
+) {
     let current: Vec<(&GpuReadings, &String)> =
         snapshot.gpus.iter().zip(labels).filter_map(|(g, l)| g.readings.as_ref().map(|r| (r, l))).collect();
     for (family, reading) in SINGLE_VALUE {
         enc.family(family);
         for (r, l) in &current {
             if let Some(v) = reading(r) {
+                enc.sample(l, &[], v);
+            }
+        }
+        for (l, instance) in instances {
+            if let Some(v) = mig::instance_value(family.name, instance) {
                 enc.sample(l, &[], v);
             }
         }

@@ -10,7 +10,7 @@ use nvml_wrapper_sys::bindings::{
     nvmlUtilization_t,
 };
 
-use super::{Target, device_call, put, put_str, ret, target_call};
+use super::{Target, device_call, loaded, put, put_str, ret, target_call};
 use crate::node::instance_memory_used_bytes;
 
 const CLOCK_GRAPHICS: nvmlClockType_t = 0;
@@ -128,11 +128,18 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         if unsafe { (*memory).version } != MEMORY_V2_VERSION {
             return Err(ret::ARGUMENT_VERSION_MISMATCH);
         }
+        let state = loaded()?;
         let (total, reserved, used) = match target {
-            Target::Gpu(gpu) => {
-                (gpu.spec.model.memory_total_bytes, gpu.spec.model.memory_reserved_bytes, gpu.memory_used_bytes(t))
-            }
-            Target::Mig(_, mig) => (mig.profile.memory_mib * 1024 * 1024, 0, instance_memory_used_bytes(mig, t)),
+            Target::Gpu(gpu) => (
+                gpu.spec.model.memory_total_bytes,
+                gpu.spec.model.memory_reserved_bytes,
+                gpu.memory_used_bytes(t, state.node.processes_on(gpu.spec.index, None, t)),
+            ),
+            Target::Mig(gpu, mig) => (
+                mig.profile.memory_mib * 1024 * 1024,
+                0,
+                instance_memory_used_bytes(&state.node, gpu.spec.index, mig, t),
+            ),
         };
         out!(
             memory,
@@ -148,8 +155,10 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: nvmlDevice_t, memory: *mut nvmlMemory_t) -> nvmlReturn_t {
     device_call("nvmlDeviceGetMemoryInfo", device, |gpu, t| {
+        let state = loaded()?;
         let total = gpu.spec.model.memory_total_bytes;
-        let used = gpu.memory_used_bytes(t) + gpu.spec.model.memory_reserved_bytes;
+        let used = gpu.memory_used_bytes(t, state.node.processes_on(gpu.spec.index, None, t))
+            + gpu.spec.model.memory_reserved_bytes;
         out!(memory, nvmlMemory_t { total, free: total - used, used })
     })
 }
@@ -162,6 +171,10 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     utilization: *mut nvmlUtilization_t,
 ) -> nvmlReturn_t {
     device_call("nvmlDeviceGetUtilizationRates", device, |gpu, t| {
+        // In MIG mode the driver has no GPU-wide utilization; GPM gives it per instance.
+        if gpu.spec.mig.is_some() {
+            return Err(ret::NOT_SUPPORTED);
+        }
         out!(utilization, nvmlUtilization_t { gpu: gpu.utilization(t), memory: gpu.memory_activity(t) })
     })
 }
