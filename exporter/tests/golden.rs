@@ -29,6 +29,7 @@ const RUN_DEPENDENT: &[&str] = &[
 
 const SCENARIOS: &[&str] = &[
     "a100-80gb",
+    "a100-mig-layouts",
     "h100-80gb",
     "h200-141gb",
     "l40s-48gb",
