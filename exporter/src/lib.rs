@@ -6,6 +6,7 @@
 
 pub mod collect;
 pub mod config;
+pub mod health;
 pub mod nvml;
 pub mod render;
 pub mod server;

@@ -19,6 +19,14 @@ fn main() -> ExitCode {
         eprintln!("gpu-exporter: {e}");
         return ExitCode::from(2);
     }
+    let health = match args.health.settings() {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::error!("invalid configuration: {e}");
+            eprintln!("gpu-exporter: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -26,7 +34,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args)) {
+    match runtime.block_on(run(args, health)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -47,7 +55,7 @@ fn init_logging(args: &Args) {
     }
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
+async fn run(args: Args, health: gpu_exporter::health::config::HealthSettings) -> anyhow::Result<()> {
     let context = RenderContext {
         node: args.node(),
         extra_labels: args.extra_labels()?,
@@ -64,9 +72,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     })
     .context("starting the collector thread")?;
     tracing::info!(address = %local, node = %context.node, library = %args.nvml_library.display(), "serving /metrics");
-    let app = router(AppState::new(snapshots, context));
+    let health = match args.health.enabled {
+        true => Some(gpu_exporter::health::start(health, context.node.clone(), snapshots.clone()).await),
+        false => None,
+    };
+    let sections = health.as_ref().map(|h| h.sections()).unwrap_or_default();
+    let app = router(AppState::with_sections(snapshots, context, sections));
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("HTTP server")?;
     tracing::info!("shutting down");
+    if let Some(health) = health {
+        health.stop();
+    }
     collector.stop(args.shutdown_timeout);
     Ok(())
 }
