@@ -219,8 +219,10 @@ impl Breaker {
 
     /// Gives this node's place back.
     pub async fn release(&self) -> Result<()> {
+        let name = &self.settings.config_map;
         for _ in 0..ROUNDS {
-            let map = self.read().await?;
+            let found = retry(&self.backoff, || self.maps.get_opt(name), |_, _| {}).await.map_err(Self::api("get"))?;
+            let Some(map) = found else { return Ok(()) };
             let mut data = map.data.clone().unwrap_or_default();
             if data.remove(&self.node).is_none() {
                 return Ok(());

@@ -89,11 +89,37 @@ struct Kube {
     breaker: Breaker,
 }
 
-/// Connects (if there is anything to connect to) and starts the loop on the current runtime.
+/// Finds the Kubernetes API (kubeconfig, else in-cluster) and starts the loop on the
+/// current runtime; without one the loop runs in report-only mode.
 pub async fn start(settings: HealthSettings, node: String, snapshots: watch::Receiver<Arc<Snapshot>>) -> HealthHandle {
+    let config = match kube::Config::infer().await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(
+                node,
+                reason = %e,
+                "no Kubernetes API configured: the health loop runs in report-only mode and only logs and exports \
+                 what it would do"
+            );
+            None
+        }
+    };
+    start_with_config(settings, node, snapshots, config).await
+}
+
+/// Starts the loop against the API server `config` names (`None`: report-only).
+pub async fn start_with_config(
+    settings: HealthSettings,
+    node: String,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    config: Option<kube::Config>,
+) -> HealthHandle {
     let metrics = Arc::new(HealthMetrics::default());
     let mode = mode_of(&settings);
-    let kube = connect(&settings, &node, metrics.clone()).await;
+    let kube = match config {
+        Some(config) => connect(config, &settings, &node, metrics.clone()),
+        None => None,
+    };
     metrics.update(|v| {
         v.mode = mode.as_str();
         v.api = if kube.is_some() { "connected" } else { "report_only" };
@@ -128,19 +154,12 @@ fn mode_of(settings: &HealthSettings) -> Mode {
     }
 }
 
-async fn connect(settings: &HealthSettings, node: &str, metrics: Arc<HealthMetrics>) -> Option<Kube> {
-    let mut config = match kube::Config::infer().await {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(
-                node,
-                reason = %e,
-                "no Kubernetes API configured: the health loop runs in report-only mode and only logs and exports \
-                 what it would do"
-            );
-            return None;
-        }
-    };
+fn connect(
+    mut config: kube::Config,
+    settings: &HealthSettings,
+    node: &str,
+    metrics: Arc<HealthMetrics>,
+) -> Option<Kube> {
     // The loop retries itself, with jitter and with its own counts.
     config.default_retry = false;
     config.connect_timeout = Some(settings.api_timeout);
