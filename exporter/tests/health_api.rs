@@ -318,10 +318,9 @@ fn an_unreachable_api_server_delays_the_action_but_neither_loses_nor_repeats_it(
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let l = Loop::start("gpu-01", settings(&[]), &format!("http://127.0.0.1:{port}"), snapshot(1, |_| {}));
     l.publish(snapshot(2, xid79));
-    l.wait("the API marked unreachable", Duration::from_secs(15), |v| {
-        v.api == "unreachable" && v.api_errors.keys().any(|(_, e)| e == "unreachable")
+    l.wait("the verdict, and the API marked unreachable", Duration::from_secs(15), |v| {
+        v.health == Health::Unhealthy && v.api == "unreachable" && v.api_errors.keys().any(|(_, e)| e == "unreachable")
     });
-    assert_eq!(l.view().health, Health::Unhealthy, "the verdict does not wait for the API");
 
     let api = FakeApi::start_on(port);
     fleet(&api, 20);
@@ -394,4 +393,86 @@ fn an_opted_out_node_gets_no_write_at_all() {
     let checks = l.checks();
     l.wait("more checks", Duration::from_secs(5), |v| v.checks.values().sum::<u64>() >= checks + 2);
     assert!(api.writes().is_empty(), "{:?}", api.writes().iter().map(|w| w.describe()).collect::<Vec<_>>());
+}
+
+#[test]
+fn an_operator_reset_acknowledgement_releases_a_reset_the_loop_could_not_see() {
+    let api = FakeApi::start();
+    fleet(&api, 20);
+    let l = Loop::start("gpu-01", settings(&[]), &api.url(), snapshot(1, xid79));
+    l.wait("quarantine", Duration::from_secs(10), |v| v.quarantined);
+    let checks = l.checks();
+    l.wait("more checks", Duration::from_secs(5), |v| v.checks.values().sum::<u64>() >= checks + 3);
+    assert!(l.view().quarantined, "no evidence of a reset: the quarantine holds");
+
+    let reset_at = gpu_exporter::health::time::format(SystemTime::now() + Duration::from_secs(1));
+    api.patch_node_as(
+        "gpu-01",
+        "kubectl-annotate",
+        json!({"metadata": {"annotations": {"gpu-telemetry.io/gpu-health-reset": reset_at}}}),
+    );
+    l.wait("recovery", Duration::from_secs(10), |v| v.health == Health::Healthy && !v.quarantined);
+    let n = api.node("gpu-01");
+    assert!(n["spec"].get("unschedulable").is_none());
+    assert_eq!(
+        n["metadata"]["annotations"]["gpu-telemetry.io/gpu-health-reset"],
+        json!(reset_at),
+        "the operator's annotation stays"
+    );
+}
+
+#[test]
+fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
+    use gpu_exporter::health::node_state::{Applied, Claim, Found, Overridden};
+    use gpu_exporter::health::policy::{Latch, Needs, Reason};
+
+    let api = FakeApi::start();
+    fleet(&api, 20);
+    let reason = Reason {
+        gpu: Some(0),
+        uuid: "GPU-0000".into(),
+        code: "Xid79".into(),
+        detail: "XID 79: GPU has fallen off the bus: it answers nothing until it is reset".into(),
+        needs: Needs::Reset,
+    };
+    let since = SystemTime::now() - Duration::from_secs(3600);
+    let claim = Claim {
+        state: "quarantined".into(),
+        since,
+        reasons: vec![reason.clone()],
+        latches: vec![Latch {
+            reason: reason.clone(),
+            since,
+            ecc_baseline: Some(0),
+            driver: Some("550.90.07".into()),
+            seen_gone: false,
+        }],
+        applied: Applied { cordon: true, taint: Some("Xid79".into()) },
+        found: Found::default(),
+        overridden: Overridden::default(),
+        blocked: false,
+        intended: vec![],
+        boot_id: "boot-gpu-01".into(),
+    };
+    api.patch_node_as(
+        "gpu-01",
+        "gpu-exporter-health",
+        json!({
+            "metadata": {"annotations": {"gpu-telemetry.io/gpu-health": claim.to_json()}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+                {"key": TAINT, "value": "Xid79", "effect": "NoSchedule"}
+            ]},
+            "status": {"conditions": [{"type": "GPUHealthy", "status": "False", "reason": "Xid79", "message": reason.describe()}]}
+        }),
+    );
+    // The first read of the node fails; the GPU looks fine (a restart forgets the XID).
+    api.fail_next("GET", "/api/v1/nodes/gpu-01", 503, 1);
+    let l = Loop::start("gpu-01", settings(&[]), &api.url(), snapshot(1, |_| {}));
+    l.wait("checks", Duration::from_secs(10), |v| v.checks.values().sum::<u64>() >= 5);
+    let writes: Vec<String> = api.writes().iter().map(|w| w.describe()).collect();
+    assert!(writes.is_empty(), "{writes:?}");
+    assert_eq!(api.node("gpu-01")["spec"]["unschedulable"], true);
+    assert_eq!(l.view().health, Health::Unhealthy);
+    assert!(l.view().quarantined);
 }

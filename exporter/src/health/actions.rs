@@ -125,6 +125,11 @@ impl NodeApi {
         PatchParams { field_manager: Some(self.field_manager.clone()), ..PatchParams::default() }
     }
 
+    /// `GET /api/v1/nodes/{node}`, one attempt: for reads that must not hold up a check.
+    pub async fn get_once(&self) -> Result<Node> {
+        self.nodes.get(&self.node).await.map_err(|e| wrap("get_node", e))
+    }
+
     /// `PATCH /api/v1/nodes/{node}`, strategic merge; the patch carries the
     /// `resourceVersion` it was planned from, so a concurrent change answers 409.
     pub async fn patch(&self, patch: &Value) -> Result<Node> {

@@ -158,6 +158,10 @@ pub struct Names {
     pub state_annotation: String,
     /// `<domain>/gpu-health-dry-run`: what it would have applied.
     pub dry_run_annotation: String,
+    /// `<domain>/gpu-health-reset`: an operator writes the RFC 3339 time at which the
+    /// GPUs were reset, to clear reset-needing reasons older than that which NVML
+    /// could not show (a reset the exporter never saw).
+    pub reset_annotation: String,
     /// `<domain>/gpu-health-opt-out`: set to `true` on a node to keep the loop's hands off it.
     pub opt_out_label: String,
     pub condition_type: String,
@@ -172,6 +176,7 @@ impl Names {
             taint_key: format!("{domain}/gpu-unhealthy"),
             state_annotation: format!("{domain}/gpu-health"),
             dry_run_annotation: format!("{domain}/gpu-health-dry-run"),
+            reset_annotation: format!("{domain}/gpu-health-reset"),
             opt_out_label: format!("{domain}/gpu-health-opt-out"),
             condition_type: "GPUHealthy".into(),
             field_manager: "gpu-exporter-health".into(),

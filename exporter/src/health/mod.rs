@@ -139,6 +139,7 @@ pub async fn start_with_config(
         retry_at: None,
         last_intent: None,
         opted_out_logged: false,
+        reset_ack: None,
     };
     let task = tokio::spawn(health.run(snapshots));
     HealthHandle { metrics, task }
@@ -214,6 +215,8 @@ struct HealthLoop {
     /// The last intent logged while writes were impossible, to log each once.
     last_intent: Option<String>,
     opted_out_logged: bool,
+    /// The operator's reset annotation last taken.
+    reset_ack: Option<String>,
 }
 
 impl HealthLoop {
@@ -246,13 +249,6 @@ impl HealthLoop {
                 }
                 () = tokio::time::sleep_until(self.retry_at.unwrap_or(far)), if self.retry_at.is_some() => {
                     self.retry_at = None;
-                    if !self.restored {
-                        self.ensure_restored().await;
-                        if let Some(obs) = self.last_obs.clone() {
-                            let verdict = self.policy.step(&obs, CheckKind::Event, SystemTime::now());
-                            self.verdict = Some(verdict);
-                        }
-                    }
                     self.reconcile_now().await;
                 }
             }
@@ -260,6 +256,7 @@ impl HealthLoop {
     }
 
     async fn check(&mut self, snapshot: &Snapshot, obs: &Observation, kind: CheckKind) {
+        self.last_obs = Some(obs.clone());
         self.ensure_restored().await;
         let verdict = self.policy.step(obs, kind, SystemTime::now());
         let node = self.node.as_str();
@@ -296,15 +293,19 @@ impl HealthLoop {
         if self.restored {
             return;
         }
-        let node = match kube.node.get().await {
+        let node = match kube.node.get_once().await {
             Ok(node) => node,
             Err(e) => {
                 tracing::debug!(node = %self.node, error = %e, "cannot read the node yet; restoring later");
                 return;
             }
         };
-        self.restored = true;
         let view = NodeView::from_node(&node, &self.settings.names);
+        self.restore_from(&view);
+    }
+
+    fn restore_from(&mut self, view: &NodeView) {
+        self.restored = true;
         let key = if self.mode == Mode::DryRun {
             &self.settings.names.dry_run_annotation
         } else {
@@ -337,7 +338,7 @@ impl HealthLoop {
             self.report_intent(&verdict, "report-only mode");
             return;
         }
-        match self.reconcile(&verdict).await {
+        match self.reconcile().await {
             Ok(()) => {
                 if self.failures > 0 {
                     tracing::info!(node = %self.node, "Kubernetes API reachable again; node updated");
@@ -348,6 +349,7 @@ impl HealthLoop {
                 self.metrics.update(|v| v.api = "connected");
             }
             Err(e) => {
+                let verdict = self.verdict.clone().unwrap_or(verdict);
                 self.failures = self.failures.saturating_add(1);
                 let delay = Backoff { base: Duration::from_secs(1), ..Backoff::default() }
                     .delay(self.failures)
@@ -387,14 +389,47 @@ impl HealthLoop {
         }
     }
 
-    async fn reconcile(&mut self, verdict: &Verdict) -> Result<()> {
+    /// Applies an operator's `<domain>/gpu-health-reset` annotation once; its effect
+    /// shows from the next check on.
+    fn take_reset_acknowledgement(&mut self, view: &NodeView) {
+        let Some(text) = view.annotations.get(&self.settings.names.reset_annotation) else { return };
+        let Some(at) = time::parse(text) else {
+            if self.reset_ack.as_deref() != Some(text.as_str()) {
+                tracing::warn!(node = %self.node, value = %text, "reset annotation is not an RFC 3339 time; ignored");
+                self.reset_ack = Some(text.clone());
+            }
+            return;
+        };
+        if self.reset_ack.as_deref() == Some(text.as_str()) {
+            return;
+        }
+        self.reset_ack = Some(text.clone());
+        for note in self.policy.acknowledge_reset(at) {
+            tracing::info!(node = %self.node, "{note}");
+        }
+    }
+
+    async fn reconcile(&mut self) -> Result<()> {
         const ATTEMPTS: u32 = 5;
         let Some(kube) = self.kube.clone() else { return Ok(()) };
-        let names = &self.settings.names;
+        let names = self.settings.names.clone();
+        let names = &names;
         for _ in 0..ATTEMPTS {
             let node = kube.node.get().await?;
             let view = NodeView::from_node(&node, names);
             let now = SystemTime::now();
+            if !self.restored {
+                // Never act on a verdict reached without the state the node carries:
+                // take it back, then judge the last observation again (an event
+                // check, so no count advances).
+                self.restore_from(&view);
+                if let Some(obs) = self.last_obs.clone() {
+                    self.verdict = Some(self.policy.step(&obs, CheckKind::Event, now));
+                }
+            }
+            self.take_reset_acknowledgement(&view);
+            let Some(verdict) = self.verdict.clone() else { return Ok(()) };
+            let verdict = &verdict;
             let mut p = plan(&view, verdict, self.mode, &Permit::NotAsked, names, now);
             if p.needs_permit {
                 let decision = kube.breaker.acquire(now).await?;

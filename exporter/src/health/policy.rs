@@ -230,6 +230,20 @@ impl PolicyState {
         notes
     }
 
+    /// An operator says the GPUs were reset (or the node serviced) at `at`: latches
+    /// set before then are cleared. Recovery still needs its healthy checks.
+    pub fn acknowledge_reset(&mut self, at: SystemTime) -> Vec<String> {
+        let mut notes = Vec::new();
+        self.latches.retain(|l| {
+            let cleared = l.since <= at;
+            if cleared {
+                notes.push(format!("{}: cleared by the operator's reset acknowledgement", l.reason.describe()));
+            }
+            !cleared
+        });
+        notes
+    }
+
     /// Runs one check.
     pub fn step(&mut self, obs: &Observation, kind: CheckKind, at: SystemTime) -> Verdict {
         if !obs.observable {
@@ -604,6 +618,18 @@ mod tests {
         let fine = obs(vec![gpu(&[])]);
         assert_eq!(after.step(&fine, CheckKind::Scheduled, at(400)).health, Health::Unhealthy);
         assert_eq!(after.step(&fine, CheckKind::Scheduled, at(460)).health, Health::Healthy);
+    }
+
+    #[test]
+    fn an_operator_acknowledgement_clears_older_latches_only() {
+        let mut p = policy();
+        p.step(&obs(vec![with_xid(gpu(&[]), 79, 1)]), CheckKind::Event, at(0));
+        assert!(p.acknowledge_reset(at(0) - Duration::from_secs(1)).is_empty(), "an older reset says nothing");
+        let notes = p.acknowledge_reset(at(30));
+        assert!(notes[0].contains("acknowledgement"), "{notes:?}");
+        let fine = obs(vec![with_xid(gpu(&[]), 79, 1)]);
+        p.step(&fine, CheckKind::Scheduled, at(300));
+        assert_eq!(p.step(&fine, CheckKind::Scheduled, at(360)).health, Health::Healthy);
     }
 
     #[test]
