@@ -231,6 +231,7 @@ fn quarantine_and_recovery_write_exactly_the_scripted_requests() {
     assert_eq!(view.health, Health::Unhealthy);
     assert!(view.quarantined);
     assert_eq!(view.actions.get("cordon"), Some(&1));
+    assert_eq!(view.api_errors.get(&("patch_node", "409".to_string())), Some(&1));
     assert_eq!(view.api_errors.get(&("patch_node_status", "503".to_string())), Some(&1));
     assert_eq!(view.api_errors.get(&("create_event", "429".to_string())), Some(&1));
 
@@ -475,4 +476,28 @@ fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
     assert_eq!(api.node("gpu-01")["spec"]["unschedulable"], true);
     assert_eq!(l.view().health, Health::Unhealthy);
     assert!(l.view().quarantined);
+}
+
+#[test]
+fn a_breaker_that_cannot_be_asked_holds_the_cordon_but_not_the_condition() {
+    let api = FakeApi::start();
+    fleet(&api, 20);
+    api.fail_next("GET", "/api/v1/namespaces/gpu-telemetry/configmaps/", 403, 2);
+    let l = Loop::start("gpu-01", settings(&[]), &api.url(), snapshot(1, xid79));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while conditions(&api.node("gpu-01")).get("GPUHealthy").map(String::as_str) != Some("False") {
+        assert!(Instant::now() < deadline, "no condition written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let first_cordon = api.writes().iter().position(|r| r.body.pointer("/spec/unschedulable") == Some(&json!(true)));
+    let first_condition = api.writes().iter().position(|r| r.path.ends_with("/status")).unwrap();
+    assert!(first_cordon.is_none_or(|c| c > first_condition), "no cordon before the breaker answered");
+    l.wait("quarantine once the breaker answers", Duration::from_secs(15), |v| v.quarantined);
+    assert_eq!(api.node("gpu-01")["spec"]["unschedulable"], true);
+    assert_eq!(api.config_map(NS, "gpu-health-breaker").unwrap()["data"].as_object().unwrap().len(), 1);
+    assert_eq!(
+        l.view().api_errors.get(&("get_config_map", "403".to_string())),
+        Some(&2),
+        "a 403 is counted, and not retried within a request"
+    );
 }

@@ -70,6 +70,7 @@ fn the_deploy_files_allow_exactly_the_names_the_loop_writes() {
         max_nodes: None,
         node_selector: String::new(),
         config_map: "gpu-health-breaker".into(),
+        grace: std::time::Duration::from_secs(300),
     };
     let rbac = read("deploy/health/rbac.yaml");
     assert!(policy.contains(&format!("'{}'", breaker.config_map)));

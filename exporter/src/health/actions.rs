@@ -63,7 +63,7 @@ fn wrap(op: &'static str, source: kube::Error) -> ActionError {
     }
 }
 
-/// Called with the operation and the error of each request that is retried.
+/// Called with the operation and the error of every failed request.
 pub type OnRetry = std::sync::Arc<dyn Fn(&'static str, &kube::Error) + Send + Sync>;
 
 /// The loop's handle on its own Node.
@@ -109,7 +109,7 @@ impl NodeApi {
     {
         let on_retry = self.on_retry.clone();
         retry(&self.backoff, f, |e, attempt| {
-            tracing::debug!(op, attempt, error = %e, "API request failed; retrying");
+            tracing::debug!(op, attempt, error = %e, "API request failed");
             on_retry(op, e);
         })
         .await
@@ -127,7 +127,10 @@ impl NodeApi {
 
     /// `GET /api/v1/nodes/{node}`, one attempt: for reads that must not hold up a check.
     pub async fn get_once(&self) -> Result<Node> {
-        self.nodes.get(&self.node).await.map_err(|e| wrap("get_node", e))
+        self.nodes.get(&self.node).await.map_err(|e| {
+            (self.on_retry)("get_node", &e);
+            wrap("get_node", e)
+        })
     }
 
     /// `PATCH /api/v1/nodes/{node}`, strategic merge; the patch carries the

@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 
+use super::actions::OnRetry;
 use super::config::{BreakerSettings, Names};
 use super::plan::Permit;
 use super::retry::{Backoff, Failure, classify, retry};
@@ -104,6 +105,7 @@ pub struct Breaker {
     node: String,
     grace: Duration,
     backoff: Backoff,
+    on_failure: OnRetry,
 }
 
 impl std::fmt::Debug for Breaker {
@@ -121,9 +123,10 @@ impl Breaker {
         settings: BreakerSettings,
         names: Names,
         node: &str,
-        grace: Duration,
         backoff: Backoff,
+        on_failure: OnRetry,
     ) -> Self {
+        let grace = settings.grace;
         Breaker {
             maps: Api::namespaced(client.clone(), namespace),
             nodes: Api::all(client),
@@ -132,7 +135,12 @@ impl Breaker {
             node: node.to_string(),
             grace,
             backoff,
+            on_failure,
         }
+    }
+
+    fn count(&self, op: &'static str) -> impl FnMut(&kube::Error, u32) + '_ {
+        move |e, _| (self.on_failure)(op, e)
     }
 
     fn api(op: &'static str) -> impl Fn(kube::Error) -> BreakerError {
@@ -143,7 +151,9 @@ impl Breaker {
     async fn read(&self) -> Result<ConfigMap> {
         let name = &self.settings.config_map;
         for _ in 0..ROUNDS {
-            let found = retry(&self.backoff, || self.maps.get_opt(name), |_, _| {}).await.map_err(Self::api("get"))?;
+            let found = retry(&self.backoff, || self.maps.get_opt(name), self.count("get_config_map"))
+                .await
+                .map_err(Self::api("get"))?;
             if let Some(map) = found {
                 return Ok(map);
             }
@@ -153,7 +163,7 @@ impl Breaker {
                 ..ConfigMap::default()
             };
             let params = PostParams::default();
-            match retry(&self.backoff, || self.maps.create(&params, &empty), |_, _| {}).await {
+            match retry(&self.backoff, || self.maps.create(&params, &empty), self.count("create_config_map")).await {
                 Ok(map) => return Ok(map),
                 Err(e) if classify(&e) == Failure::Conflict => continue,
                 Err(e) => return Err(Self::api("create")(e)),
@@ -164,7 +174,7 @@ impl Breaker {
 
     async fn fleet(&self) -> Result<Vec<FleetNode>> {
         let params = ListParams::default().labels(&self.settings.node_selector);
-        let list = retry(&self.backoff, || self.nodes.list_metadata(&params), |_, _| {})
+        let list = retry(&self.backoff, || self.nodes.list_metadata(&params), self.count("list_nodes"))
             .await
             .map_err(Self::api("list_nodes"))?;
         Ok(list
@@ -187,7 +197,7 @@ impl Breaker {
         map.data = Some(data);
         let name = &self.settings.config_map;
         let params = PostParams::default();
-        match retry(&self.backoff, || self.maps.replace(name, &params, &map), |_, _| {}).await {
+        match retry(&self.backoff, || self.maps.replace(name, &params, &map), self.count("replace_config_map")).await {
             Ok(_) => Ok(true),
             Err(e) if classify(&e) == Failure::Conflict => Ok(false),
             Err(e) => Err(Self::api("replace")(e)),
@@ -221,7 +231,9 @@ impl Breaker {
     pub async fn release(&self) -> Result<()> {
         let name = &self.settings.config_map;
         for _ in 0..ROUNDS {
-            let found = retry(&self.backoff, || self.maps.get_opt(name), |_, _| {}).await.map_err(Self::api("get"))?;
+            let found = retry(&self.backoff, || self.maps.get_opt(name), self.count("get_config_map"))
+                .await
+                .map_err(Self::api("get"))?;
             let Some(map) = found else { return Ok(()) };
             let mut data = map.data.clone().unwrap_or_default();
             if data.remove(&self.node).is_none() {
@@ -246,6 +258,7 @@ mod tests {
             max_nodes: None,
             node_selector: "nvidia.com/gpu.present=true".into(),
             config_map: "gpu-health-breaker".into(),
+            grace: GRACE,
         }
     }
 

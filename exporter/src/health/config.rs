@@ -191,6 +191,8 @@ pub struct BreakerSettings {
     pub max_nodes: Option<u32>,
     pub node_selector: String,
     pub config_map: String,
+    /// How long a place taken but not yet shown on its node counts.
+    pub grace: Duration,
 }
 
 impl BreakerSettings {
@@ -247,6 +249,7 @@ impl HealthArgs {
                 max_nodes: self.breaker_max_nodes,
                 node_selector: self.breaker_node_selector.clone(),
                 config_map: self.breaker_config_map.clone(),
+                grace: (self.check_interval * 5).max(Duration::from_secs(300)),
             },
             namespace: self.namespace.clone().filter(|n| !n.is_empty()),
             event_namespace: self.event_namespace.clone(),

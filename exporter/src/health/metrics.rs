@@ -51,7 +51,7 @@ pub const ACTIONS: Family = Family {
 pub const API_ERRORS: Family = Family {
     name: "gpu_health_api_errors",
     kind: Kind::Counter,
-    help: "Failed Kubernetes API requests, by operation and error (HTTP code or unreachable), retries included.",
+    help: "Failed Kubernetes API requests, every attempt, by operation and error (HTTP code or unreachable).",
     unit: None,
 };
 pub const CHECKS: Family =

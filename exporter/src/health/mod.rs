@@ -182,18 +182,16 @@ fn connect(
         let label = retry::error_label(e);
         counting.update(|v| *v.api_errors.entry((op, label)).or_default() += 1);
     });
-    let node_api =
-        NodeApi::new(client.clone(), node, &settings.event_namespace, &settings.names.field_manager, backoff, on_retry);
-    let breaker = Breaker::new(
-        client,
-        &namespace,
-        settings.breaker.clone(),
-        settings.names.clone(),
+    let node_api = NodeApi::new(
+        client.clone(),
         node,
-        // A place taken but not yet shown on the node counts this long.
-        (settings.check_interval * 5).max(Duration::from_secs(300)),
+        &settings.event_namespace,
+        &settings.names.field_manager,
         backoff,
+        on_retry.clone(),
     );
+    let breaker =
+        Breaker::new(client, &namespace, settings.breaker.clone(), settings.names.clone(), node, backoff, on_retry);
     Some(Kube { node: node_api, breaker })
 }
 
@@ -229,7 +227,12 @@ impl HealthLoop {
             if next_check.is_none() && obs.observable {
                 self.check(&current, &obs, CheckKind::Scheduled).await;
                 next_check = Some(Instant::now() + interval);
-            } else if obs.observable && self.last_obs.as_ref().is_some_and(|last| obs.has_news_since(last)) {
+            } else if obs.observable
+                && self.last_obs.as_ref().is_some_and(|last| {
+                    let table = self.policy.table();
+                    obs.has_news_since(last, |code| table.class(code) != xid::XidClass::Event)
+                })
+            {
                 self.check(&current, &obs, CheckKind::Event).await;
             }
             self.last_obs = Some(obs);
@@ -431,27 +434,38 @@ impl HealthLoop {
             let Some(verdict) = self.verdict.clone() else { return Ok(()) };
             let verdict = &verdict;
             let mut p = plan(&view, verdict, self.mode, &Permit::NotAsked, names, now);
+            let mut breaker_error = None;
             if p.needs_permit {
-                let decision = kube.breaker.acquire(now).await?;
-                let breaker = BreakerView {
-                    open: !decision.granted,
-                    quarantined: decision.quarantined,
-                    limit: decision.limit,
-                    fleet: decision.fleet,
+                let permit = match kube.breaker.acquire(now).await {
+                    Ok(decision) => {
+                        let breaker = BreakerView {
+                            open: !decision.granted,
+                            quarantined: decision.quarantined,
+                            limit: decision.limit,
+                            fleet: decision.fleet,
+                        };
+                        self.metrics.update(|v| v.breaker = Some(breaker));
+                        if decision.granted {
+                            self.breaker_held = Some(true);
+                        } else {
+                            tracing::warn!(
+                                node = %self.node,
+                                quarantined = decision.quarantined,
+                                limit = decision.limit,
+                                gpu_nodes = decision.fleet,
+                                "circuit breaker open: not quarantining this node"
+                            );
+                        }
+                        decision.permit()
+                    }
+                    // Without the breaker's answer nothing is cordoned, but the
+                    // condition still tells; the reconcile is retried.
+                    Err(e) => {
+                        breaker_error = Some(e);
+                        Permit::Unavailable
+                    }
                 };
-                self.metrics.update(|v| v.breaker = Some(breaker));
-                if decision.granted {
-                    self.breaker_held = Some(true);
-                } else {
-                    tracing::warn!(
-                        node = %self.node,
-                        quarantined = decision.quarantined,
-                        limit = decision.limit,
-                        gpu_nodes = decision.fleet,
-                        "circuit breaker open: not quarantining this node"
-                    );
-                }
-                p = plan(&view, verdict, self.mode, &decision.permit(), names, now);
+                p = plan(&view, verdict, self.mode, &permit, names, now);
             }
             let opted_out = p.opted_out;
             self.metrics.update(|v| v.opted_out = opted_out);
@@ -496,6 +510,9 @@ impl HealthLoop {
                         b.open = false;
                     }
                 });
+            }
+            if let Some(e) = breaker_error {
+                return Err(e.into());
             }
             let actions = p.actions.clone();
             let quarantined = self.mode == Mode::Enforce && !p.owns_nothing;

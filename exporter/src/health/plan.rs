@@ -51,7 +51,14 @@ impl Mode {
 pub enum Permit {
     NotAsked,
     Granted,
-    Denied { quarantined: usize, limit: usize, fleet: usize },
+    Denied {
+        quarantined: usize,
+        limit: usize,
+        fleet: usize,
+    },
+    /// The breaker could not be asked (its ConfigMap cannot be read or written):
+    /// nothing new is applied, and the reconcile is retried.
+    Unavailable,
 }
 
 /// `Normal` or `Warning`.
@@ -207,6 +214,10 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
                                     });
                                 }
                                 c.blocked = true;
+                            }
+                            Permit::Unavailable => {
+                                cordon = false;
+                                taint = false;
                             }
                             Permit::Granted => c.blocked = false,
                         }
@@ -603,6 +614,17 @@ mod tests {
         assert!(!again.writes_anything(), "blocked once, told once");
         let granted = plan(&q, &sick(), Mode::Enforce, &Permit::Granted, &names(), now());
         assert_eq!(granted.actions, vec!["cordon", "taint"]);
+    }
+
+    #[test]
+    fn without_the_breaker_nothing_is_applied_but_the_condition_tells() {
+        let p = plan(&node(), &sick(), Mode::Enforce, &Permit::Unavailable, &names(), now());
+        assert!(p.node_patch.as_ref().unwrap().get("spec").is_none());
+        assert!(p.events.is_empty());
+        assert_eq!(p.actions, vec!["condition"]);
+        let q = apply(&node(), &p);
+        assert_eq!(claim(&q).state, "unhealthy");
+        assert!(!claim(&q).blocked);
     }
 
     #[test]

@@ -63,11 +63,11 @@ impl Backoff {
 }
 
 /// Runs `op` until it succeeds, fails for good, conflicts, or runs out of attempts.
-/// `on_retry` sees each transient failure (for logs and metrics).
+/// `on_failure` sees every failed attempt, with its number (for logs and metrics).
 pub async fn retry<T, F, Fut>(
     backoff: &Backoff,
     mut op: F,
-    mut on_retry: impl FnMut(&kube::Error, u32),
+    mut on_failure: impl FnMut(&kube::Error, u32),
 ) -> Result<T, kube::Error>
 where
     F: FnMut() -> Fut,
@@ -79,10 +79,10 @@ where
             Ok(v) => return Ok(v),
             Err(e) => {
                 failures += 1;
+                on_failure(&e, failures);
                 if classify(&e) != Failure::Transient || failures >= backoff.attempts.max(1) {
                     return Err(e);
                 }
-                on_retry(&e, failures);
                 tokio::time::sleep(backoff.delay(failures - 1)).await;
             }
         }
@@ -136,7 +136,7 @@ mod tests {
         )
         .await;
         assert_eq!(out.unwrap(), 2);
-        assert_eq!(seen, 2);
+        assert_eq!(seen, 2, "every failed attempt is seen");
         let calls = AtomicU32::new(0);
         let out: Result<(), _> = retry(
             &b,

@@ -181,13 +181,15 @@ pub struct Observation {
 }
 
 impl Observation {
-    /// Whether a GPU reported an XID (any code) more often than in `earlier`, or was
-    /// lost since `earlier`: such a snapshot is checked at once, not at the interval.
-    pub fn has_news_since(&self, earlier: &Observation) -> bool {
+    /// Whether a GPU reported an XID that `acts` says is acted on more often than in
+    /// `earlier`, or was lost since `earlier`: such a snapshot is checked at once, not
+    /// at the interval. (A flood of application XIDs does not turn into a flood of checks.)
+    pub fn has_news_since(&self, earlier: &Observation, acts: impl Fn(u64) -> bool) -> bool {
         self.gpus.iter().any(|gpu| {
             let before = earlier.gpus.iter().find(|g| g.index == gpu.index);
             let new_xid = gpu.xid_counts.iter().any(|(code, count)| {
-                before.and_then(|b| b.xid_counts.get(code)).is_none_or(|earlier_count| count > earlier_count)
+                acts(*code)
+                    && before.and_then(|b| b.xid_counts.get(code)).is_none_or(|earlier_count| count > earlier_count)
             });
             let newly_gone = gpu.signals.iter().any(|s| s.kind == SignalKind::GpuLost)
                 && !before.is_some_and(|b| b.signals.iter().any(|s| s.kind == SignalKind::GpuLost));
@@ -447,12 +449,13 @@ mod tests {
         let mut with_xid = ok_gpu(GpuReadings::default());
         with_xid.xids.insert(13, XidRecord { count: 1, last_seen: now });
         let xid = observe(&snapshot(with_xid), &limits);
-        assert!(xid.has_news_since(&base));
-        assert!(!xid.has_news_since(&xid));
+        assert!(xid.has_news_since(&base, |_| true));
+        assert!(!xid.has_news_since(&base, |code| code != 13), "an XID that is only recorded is no news");
+        assert!(!xid.has_news_since(&xid, |_| true));
         let lost =
             observe(&snapshot(GpuSnapshot { state: GpuState::Lost { since: now }, ..GpuSnapshot::default() }), &limits);
-        assert!(lost.has_news_since(&base));
-        assert!(!lost.has_news_since(&lost));
+        assert!(lost.has_news_since(&base, |_| true));
+        assert!(!lost.has_news_since(&lost, |_| true));
     }
 
     #[test]
