@@ -605,7 +605,7 @@ fn serve(c: &mut Cluster, r: &Request, accept: &str) -> Response {
 
 /// Applies a node patch: strategic merge (conditions merged by type, other lists
 /// replaced, `null` deletes) or JSON merge (every list replaced).
-fn apply_node_patch(node: &mut Value, patch: &Value, json_merge: bool, main: bool, manager: &str) {
+pub fn apply_node_patch(node: &mut Value, patch: &Value, json_merge: bool, main: bool, manager: &str) {
     merge(node, patch, "", json_merge);
     if main && patch.pointer("/spec").and_then(|s| s.get("unschedulable")).is_some() {
         let entries = node["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
