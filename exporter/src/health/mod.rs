@@ -427,7 +427,14 @@ impl HealthLoop {
                 // check, so no count advances).
                 self.restore_from(&view);
                 if let Some(obs) = self.last_obs.clone() {
-                    self.verdict = Some(self.policy.step(&obs, CheckKind::Event, now));
+                    let verdict = self.policy.step(&obs, CheckKind::Event, now);
+                    let (health, since, reasons) = (verdict.health, verdict.since, verdict.reasons.clone());
+                    self.metrics.update(|v| {
+                        v.health = health;
+                        v.since = since;
+                        v.reasons = reasons;
+                    });
+                    self.verdict = Some(verdict);
                 }
             }
             self.take_reset_acknowledgement(&view);
