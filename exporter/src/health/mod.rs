@@ -387,7 +387,11 @@ impl HealthLoop {
             }
         };
         if self.last_intent.as_deref() != Some(intent.as_str()) {
-            tracing::warn!(node = %self.node, mode = self.mode.as_str(), "{why}: would {intent}");
+            if verdict.health == Health::Unhealthy {
+                tracing::warn!(node = %self.node, mode = self.mode.as_str(), "{why}: would {intent}");
+            } else {
+                tracing::info!(node = %self.node, mode = self.mode.as_str(), "{why}: would {intent}");
+            }
             self.last_intent = Some(intent);
         }
     }
