@@ -80,6 +80,9 @@ pub struct Args {
     /// How long in-flight scrapes may take to finish after SIGTERM.
     #[arg(long = "shutdown-timeout", env = "GPU_EXPORTER_SHUTDOWN_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
+
+    #[command(flatten)]
+    pub health: crate::health::config::HealthArgs,
 }
 
 /// Labels the exporter sets itself; a constant label may not reuse them.

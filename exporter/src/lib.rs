@@ -11,6 +11,7 @@
 
 pub mod collect;
 pub mod config;
+pub mod health;
 pub mod nvml;
 pub mod render;
 pub mod server;

@@ -34,6 +34,14 @@ fn main() -> ExitCode {
     };
     // One process-wide TLS provider: ring (two providers in one process panic).
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let health = match args.health.settings() {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::error!("invalid configuration: {e}");
+            eprintln!("gpu-exporter: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -41,7 +49,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args, web_config)) {
+    match runtime.block_on(run(args, web_config, health)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -62,7 +70,11 @@ fn init_logging(args: &Args) {
     }
 }
 
-async fn run(args: Args, web_config: WebConfig) -> anyhow::Result<()> {
+async fn run(
+    args: Args,
+    web_config: WebConfig,
+    health: gpu_exporter::health::config::HealthSettings,
+) -> anyhow::Result<()> {
     let context = RenderContext {
         node: args.node(),
         extra_labels: args.extra_labels()?,
@@ -79,11 +91,19 @@ async fn run(args: Args, web_config: WebConfig) -> anyhow::Result<()> {
     })
     .context("starting the collector thread")?;
     tracing::info!(address = %local, node = %context.node, library = %args.nvml_library.display(), "serving /metrics");
-    let app = router(AppState::new(snapshots, context));
+    let health = match args.health.enabled {
+        true => Some(gpu_exporter::health::start(health, context.node.clone(), snapshots.clone()).await),
+        false => None,
+    };
+    let sections = health.as_ref().map(|h| h.sections()).unwrap_or_default();
+    let app = router(AppState::with_sections(snapshots, context, sections));
     web::serve(listener, app, Arc::new(web_config), shutdown_signal(), args.shutdown_timeout)
         .await
         .context("HTTP server")?;
     tracing::info!("shutting down");
+    if let Some(health) = health {
+        health.stop();
+    }
     collector.stop(args.shutdown_timeout);
     Ok(())
 }

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use crate::render::encode::Format;
-use crate::render::{RenderContext, render};
+use crate::render::{RenderContext, Section, render_with};
 use crate::snapshot::{NvmlStatus, Snapshot};
 
 /// Shared by all requests.
@@ -24,12 +24,15 @@ use crate::snapshot::{NvmlStatus, Snapshot};
 pub struct AppState {
     snapshots: watch::Receiver<Arc<Snapshot>>,
     context: RenderContext,
+    /// Families rendered after the exporter's own (the health loop's).
+    sections: Vec<Arc<dyn Section>>,
     cache: Mutex<Vec<CachedBody>>,
 }
 
 #[derive(Debug, Clone)]
 struct CachedBody {
     generation: u64,
+    sections: u64,
     format: Format,
     gzip: bool,
     body: Bytes,
@@ -37,19 +40,29 @@ struct CachedBody {
 
 impl AppState {
     pub fn new(snapshots: watch::Receiver<Arc<Snapshot>>, context: RenderContext) -> Arc<Self> {
-        Arc::new(AppState { snapshots, context, cache: Mutex::new(Vec::new()) })
+        Self::with_sections(snapshots, context, Vec::new())
+    }
+
+    /// Like [`AppState::new`], with more families rendered after the exporter's own.
+    pub fn with_sections(
+        snapshots: watch::Receiver<Arc<Snapshot>>,
+        context: RenderContext,
+        sections: Vec<Arc<dyn Section>>,
+    ) -> Arc<Self> {
+        Arc::new(AppState { snapshots, context, sections, cache: Mutex::new(Vec::new()) })
     }
 
     fn body(&self, format: Format, gzip: bool) -> Bytes {
         let snapshot = self.snapshots.borrow().clone();
+        let sections = self.sections.iter().fold(0u64, |acc, s| acc.wrapping_mul(31).wrapping_add(s.generation()));
         let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        cache.retain(|c| c.generation == snapshot.generation);
+        cache.retain(|c| c.generation == snapshot.generation && c.sections == sections);
         if let Some(hit) = cache.iter().find(|c| c.format == format && c.gzip == gzip) {
             return hit.body.clone();
         }
-        let text = render(&snapshot, &self.context, format);
+        let text = render_with(&snapshot, &self.context, format, &self.sections);
         let body = if gzip { Bytes::from(gzip_bytes(text.as_bytes())) } else { Bytes::from(text) };
-        cache.push(CachedBody { generation: snapshot.generation, format, gzip, body: body.clone() });
+        cache.push(CachedBody { generation: snapshot.generation, sections, format, gzip, body: body.clone() });
         body
     }
 }

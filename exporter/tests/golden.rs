@@ -25,6 +25,7 @@ const RUN_DEPENDENT: &[&str] = &[
     "gpu_exporter_last_collection_timestamp_seconds",
     "gpu_exporter_nvml_calls_total",
     "gpu_exporter_nvml_call_seconds_total",
+    "gpu_health_checks_total",
 ];
 
 const SCENARIOS: &[&str] = &[

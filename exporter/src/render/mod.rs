@@ -26,8 +26,27 @@ pub struct RenderContext {
     pub revision: String,
 }
 
+/// Families that another part of the exporter renders after the exporter's own (the
+/// health loop's, `crate::health::metrics`). Rendered on every scrape that misses the
+/// cache; the cache key includes [`Section::generation`].
+pub trait Section: Send + Sync + std::fmt::Debug {
+    /// Changes whenever the section's output would.
+    fn generation(&self) -> u64;
+    fn render(&self, enc: &mut Encoder<'_>, ctx: &RenderContext);
+}
+
 /// Renders the whole exposition.
 pub fn render(snapshot: &Snapshot, ctx: &RenderContext, format: Format) -> String {
+    render_with(snapshot, ctx, format, &[])
+}
+
+/// Renders the whole exposition followed by `sections`.
+pub fn render_with(
+    snapshot: &Snapshot,
+    ctx: &RenderContext,
+    format: Format,
+    sections: &[std::sync::Arc<dyn Section>],
+) -> String {
     let mut out = String::with_capacity(16 * 1024 + snapshot.gpus.len() * 8 * 1024);
     let gpu_labels: Vec<String> = snapshot.gpus.iter().map(|g| gpu_label_list(g, ctx)).collect();
     let own = own_label_list(ctx);
@@ -38,6 +57,9 @@ pub fn render(snapshot: &Snapshot, ctx: &RenderContext, format: Format) -> Strin
     mig::render_mig(&mut enc, snapshot, &gpu_labels, &instance_labels);
     render_xids(&mut enc, snapshot, &gpu_labels);
     render_self(&mut enc, snapshot, ctx, &own);
+    for section in sections {
+        section.render(&mut enc, ctx);
+    }
     enc.finish();
     out
 }

@@ -90,6 +90,9 @@ impl Launch {
             .args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--node-name", "test-node"])
             .args(&self.args)
             .env_remove("NODE_NAME")
+            // Never reach a real cluster from a test; tests that want an API server set their own.
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .env_remove("KUBERNETES_SERVICE_HOST")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         for (k, v) in &self.env {

@@ -1,0 +1,220 @@
+//! The Kubernetes API edge of the health loop: read the Node, patch it and its
+//! status, write Events. Every request is retried on 429, 5xx and no answer with
+//! backoff and jitter ([`super::retry`]); a 409 goes back to the caller, which reads
+//! the Node again and plans anew.
+//!
+//! Patches are strategic-merge patches (`application/strategic-merge-patch+json`):
+//! on `nodes/status` that merges the `GPUHealthy` condition by its type and leaves the
+//! kubelet's and other controllers' conditions alone (a JSON merge patch would
+//! replace the whole list). Event names are fixed before the first attempt, so a
+//! retried create that had in fact landed answers 409 AlreadyExists and is not
+//! written twice.
+
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{Event, Node};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use super::node_state::NodeView;
+use super::plan::EventSpec;
+use super::retry::{Backoff, Failure, classify, retry};
+
+/// A request that did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    /// The object changed since it was read (409).
+    #[error("{op}: conflict: {source}")]
+    Conflict {
+        op: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    /// Retries ran out, or the answer said trying again will not help.
+    #[error("{op}: {source}")]
+    Failed {
+        op: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+pub type Result<T, E = ActionError> = std::result::Result<T, E>;
+
+impl ActionError {
+    pub fn op(&self) -> &'static str {
+        match self {
+            Self::Conflict { op, .. } | Self::Failed { op, .. } => op,
+        }
+    }
+
+    pub fn source_error(&self) -> &kube::Error {
+        match self {
+            Self::Conflict { source, .. } | Self::Failed { source, .. } => source,
+        }
+    }
+}
+
+fn wrap(op: &'static str, source: kube::Error) -> ActionError {
+    if classify(&source) == Failure::Conflict {
+        ActionError::Conflict { op, source }
+    } else {
+        ActionError::Failed { op, source }
+    }
+}
+
+/// Called with the operation and the error of every failed request.
+pub type OnRetry = std::sync::Arc<dyn Fn(&'static str, &kube::Error) + Send + Sync>;
+
+/// The loop's handle on its own Node.
+#[derive(Clone)]
+pub struct NodeApi {
+    nodes: Api<Node>,
+    events: Api<Event>,
+    node: String,
+    field_manager: String,
+    backoff: Backoff,
+    on_retry: OnRetry,
+}
+
+impl std::fmt::Debug for NodeApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeApi").field("node", &self.node).finish_non_exhaustive()
+    }
+}
+
+impl NodeApi {
+    pub fn new(
+        client: kube::Client,
+        node: &str,
+        event_namespace: &str,
+        field_manager: &str,
+        backoff: Backoff,
+        on_retry: OnRetry,
+    ) -> Self {
+        NodeApi {
+            nodes: Api::all(client.clone()),
+            events: Api::namespaced(client, event_namespace),
+            node: node.to_string(),
+            field_manager: field_manager.to_string(),
+            backoff,
+            on_retry,
+        }
+    }
+
+    async fn run<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, kube::Error>>,
+    {
+        let on_retry = self.on_retry.clone();
+        retry(&self.backoff, f, |e, attempt| {
+            tracing::debug!(op, attempt, error = %e, "API request failed");
+            on_retry(op, e);
+        })
+        .await
+        .map_err(|e| wrap(op, e))
+    }
+
+    /// `GET /api/v1/nodes/{node}`.
+    pub async fn get(&self) -> Result<Node> {
+        self.run("get_node", || self.nodes.get(&self.node)).await
+    }
+
+    fn params(&self) -> PatchParams {
+        PatchParams { field_manager: Some(self.field_manager.clone()), ..PatchParams::default() }
+    }
+
+    /// `GET /api/v1/nodes/{node}`, one attempt: for reads that must not hold up a check.
+    pub async fn get_once(&self) -> Result<Node> {
+        self.nodes.get(&self.node).await.map_err(|e| {
+            (self.on_retry)("get_node", &e);
+            wrap("get_node", e)
+        })
+    }
+
+    /// `PATCH /api/v1/nodes/{node}`, strategic merge; the patch carries the
+    /// `resourceVersion` it was planned from, so a concurrent change answers 409.
+    pub async fn patch(&self, patch: &Value) -> Result<Node> {
+        let params = self.params();
+        let patch = Patch::Strategic(patch);
+        self.run("patch_node", || self.nodes.patch(&self.node, &params, &patch)).await
+    }
+
+    /// `PATCH /api/v1/nodes/{node}/status`, strategic merge.
+    pub async fn patch_status(&self, patch: &Value) -> Result<Node> {
+        let params = self.params();
+        let patch = Patch::Strategic(patch);
+        self.run("patch_node_status", || self.nodes.patch_status(&self.node, &params, &patch)).await
+    }
+
+    /// `POST /api/v1/namespaces/{ns}/events` about the Node. Already there is fine.
+    pub async fn event(&self, node: &NodeView, spec: &EventSpec, now: SystemTime) -> Result<()> {
+        let event = event_object(&self.node, &node.uid, self.events_namespace(), spec, now);
+        let params = PostParams::default();
+        match self.run("create_event", || self.events.create(&params, &event)).await {
+            Ok(_) => Ok(()),
+            Err(ActionError::Conflict { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn events_namespace(&self) -> &str {
+        self.events.namespace().unwrap_or("default")
+    }
+}
+
+/// The Event object: a core/v1 Event naming the Node, as the kubelet writes them.
+pub fn event_object(node: &str, uid: &str, namespace: &str, spec: &EventSpec, now: SystemTime) -> Event {
+    let nanos = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let stamp = super::time::format(now);
+    let value = json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": format!("{node}.gpu-health.{nanos:x}"), "namespace": namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid},
+        "reason": spec.reason,
+        "message": truncate(&spec.message, 1024),
+        "type": spec.kind.as_str(),
+        "source": {"component": "gpu-exporter-health", "host": node},
+        "reportingComponent": "gpu-exporter-health",
+        "reportingInstance": node,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    });
+    // A fixed shape of strings and numbers always fits `Event`.
+    serde_json::from_value(value).unwrap_or_default()
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::plan::EventType;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn events_name_the_node_and_carry_the_reason() {
+        let spec = EventSpec { kind: EventType::Warning, reason: "GPUQuarantined", message: "é".repeat(600) };
+        let e = event_object("gpu-1", "u-1", "default", &spec, UNIX_EPOCH + Duration::from_secs(1_714_564_800));
+        assert_eq!(e.metadata.namespace.as_deref(), Some("default"));
+        assert!(e.metadata.name.as_deref().unwrap().starts_with("gpu-1.gpu-health."));
+        assert_eq!(e.involved_object.kind.as_deref(), Some("Node"));
+        assert_eq!(e.involved_object.name.as_deref(), Some("gpu-1"));
+        assert_eq!(e.involved_object.uid.as_deref(), Some("u-1"));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        assert_eq!(e.reason.as_deref(), Some("GPUQuarantined"));
+        assert!(e.message.unwrap().len() <= 1024 + "…".len());
+    }
+}

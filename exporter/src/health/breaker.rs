@@ -1,0 +1,308 @@
+//! The cluster-wide circuit breaker: no new quarantine while too many GPU nodes are
+//! already quarantined by the health loop.
+//!
+//! The exporters coordinate through one ConfigMap (`--health.breaker.config-map` in
+//! the exporter's namespace) whose `data` maps each quarantined node to when it took
+//! its place. A node takes a place with a `PUT` that carries the `resourceVersion` it
+//! read, so of two nodes deciding at the same moment one wins and the other gets 409,
+//! reads again, and counts the winner: the limit holds however many decide at once.
+//!
+//! The count is checked against the cluster: entries of nodes that no longer exist or
+//! no longer match the GPU node selector are dropped, and so are entries of nodes
+//! that carry no claim of the loop once the entry is older than a grace period (a
+//! node that took its place but crashed before cordoning). Leaving is always allowed.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+
+use super::actions::OnRetry;
+use super::config::{BreakerSettings, Names};
+use super::plan::Permit;
+use super::retry::{Backoff, Failure, classify, retry};
+
+/// Why the breaker could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum BreakerError {
+    #[error("circuit breaker {op}: {source}")]
+    Api {
+        op: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("circuit breaker: ConfigMap {0} kept changing under {1} attempts")]
+    Contended(String, u32),
+}
+
+pub type Result<T, E = BreakerError> = std::result::Result<T, E>;
+
+/// One GPU node as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetNode {
+    pub name: String,
+    /// It carries the loop's claim annotation in state `quarantined`.
+    pub quarantined: bool,
+}
+
+/// The breaker's reading of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The entries that still count.
+    pub entries: BTreeMap<String, String>,
+    pub granted: bool,
+    /// Already holds a place.
+    pub holds: bool,
+    pub quarantined: usize,
+    pub limit: usize,
+    pub fleet: usize,
+}
+
+impl Decision {
+    pub fn permit(&self) -> Permit {
+        if self.granted {
+            Permit::Granted
+        } else {
+            Permit::Denied { quarantined: self.quarantined, limit: self.limit, fleet: self.fleet }
+        }
+    }
+}
+
+/// Decides whether `me` may take a place. Pure.
+pub fn decide(
+    entries: &BTreeMap<String, String>,
+    fleet: &[FleetNode],
+    me: &str,
+    now: SystemTime,
+    grace: Duration,
+    settings: &BreakerSettings,
+) -> Decision {
+    let counted: BTreeMap<String, String> = entries
+        .iter()
+        .filter(|(node, since)| {
+            let Some(member) = fleet.iter().find(|f| &f.name == *node) else { return false };
+            let young =
+                super::time::parse(since).and_then(|t| now.duration_since(t).ok()).is_none_or(|age| age < grace);
+            member.quarantined || young || node.as_str() == me
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let limit = settings.limit(fleet.len());
+    let holds = counted.contains_key(me);
+    let quarantined = counted.len();
+    let granted = holds || quarantined < limit;
+    Decision { entries: counted, granted, holds, quarantined, limit, fleet: fleet.len() }
+}
+
+/// The breaker as seen from one node.
+#[derive(Clone)]
+pub struct Breaker {
+    maps: Api<ConfigMap>,
+    nodes: Api<Node>,
+    settings: BreakerSettings,
+    names: Names,
+    node: String,
+    grace: Duration,
+    backoff: Backoff,
+    on_failure: OnRetry,
+}
+
+impl std::fmt::Debug for Breaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Breaker").field("config_map", &self.settings.config_map).finish_non_exhaustive()
+    }
+}
+
+const ROUNDS: u32 = 8;
+
+impl Breaker {
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        settings: BreakerSettings,
+        names: Names,
+        node: &str,
+        backoff: Backoff,
+        on_failure: OnRetry,
+    ) -> Self {
+        let grace = settings.grace;
+        Breaker {
+            maps: Api::namespaced(client.clone(), namespace),
+            nodes: Api::all(client),
+            settings,
+            names,
+            node: node.to_string(),
+            grace,
+            backoff,
+            on_failure,
+        }
+    }
+
+    fn count(&self, op: &'static str) -> impl FnMut(&kube::Error, u32) + '_ {
+        move |e, _| (self.on_failure)(op, e)
+    }
+
+    fn api(op: &'static str) -> impl Fn(kube::Error) -> BreakerError {
+        move |source| BreakerError::Api { op, source }
+    }
+
+    /// The ConfigMap, created empty if missing.
+    async fn read(&self) -> Result<ConfigMap> {
+        let name = &self.settings.config_map;
+        for _ in 0..ROUNDS {
+            let found = retry(&self.backoff, || self.maps.get_opt(name), self.count("get_config_map"))
+                .await
+                .map_err(Self::api("get"))?;
+            if let Some(map) = found {
+                return Ok(map);
+            }
+            let empty = ConfigMap {
+                metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
+                data: Some(BTreeMap::new()),
+                ..ConfigMap::default()
+            };
+            let params = PostParams::default();
+            match retry(&self.backoff, || self.maps.create(&params, &empty), self.count("create_config_map")).await {
+                Ok(map) => return Ok(map),
+                Err(e) if classify(&e) == Failure::Conflict => continue,
+                Err(e) => return Err(Self::api("create")(e)),
+            }
+        }
+        Err(BreakerError::Contended(name.clone(), ROUNDS))
+    }
+
+    async fn fleet(&self) -> Result<Vec<FleetNode>> {
+        let params = ListParams::default().labels(&self.settings.node_selector);
+        let list = retry(&self.backoff, || self.nodes.list_metadata(&params), self.count("list_nodes"))
+            .await
+            .map_err(Self::api("list_nodes"))?;
+        Ok(list
+            .items
+            .into_iter()
+            .map(|n| {
+                let quarantined = n
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(&self.names.state_annotation))
+                    .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+                    .is_some_and(|v| v.get("state").and_then(|s| s.as_str()) == Some("quarantined"));
+                FleetNode { name: n.metadata.name.unwrap_or_default(), quarantined }
+            })
+            .collect())
+    }
+
+    async fn write(&self, mut map: ConfigMap, data: BTreeMap<String, String>) -> Result<bool> {
+        map.data = Some(data);
+        let name = &self.settings.config_map;
+        let params = PostParams::default();
+        match retry(&self.backoff, || self.maps.replace(name, &params, &map), self.count("replace_config_map")).await {
+            Ok(_) => Ok(true),
+            Err(e) if classify(&e) == Failure::Conflict => Ok(false),
+            Err(e) => Err(Self::api("replace")(e)),
+        }
+    }
+
+    /// Asks for a place for this node. Granted when it holds one already.
+    pub async fn acquire(&self, now: SystemTime) -> Result<Decision> {
+        for _ in 0..ROUNDS {
+            let map = self.read().await?;
+            let fleet = self.fleet().await?;
+            let entries = map.data.clone().unwrap_or_default();
+            let mut decision = decide(&entries, &fleet, &self.node, now, self.grace, &self.settings);
+            if decision.holds || !decision.granted {
+                return Ok(decision);
+            }
+            let mut data = decision.entries.clone();
+            data.insert(self.node.clone(), super::time::format(now));
+            if self.write(map, data.clone()).await? {
+                decision.entries = data;
+                decision.holds = true;
+                decision.quarantined += 1;
+                return Ok(decision);
+            }
+            tracing::debug!(config_map = %self.settings.config_map, "another node changed the breaker first; reading again");
+        }
+        Err(BreakerError::Contended(self.settings.config_map.clone(), ROUNDS))
+    }
+
+    /// Gives this node's place back.
+    pub async fn release(&self) -> Result<()> {
+        let name = &self.settings.config_map;
+        for _ in 0..ROUNDS {
+            let found = retry(&self.backoff, || self.maps.get_opt(name), self.count("get_config_map"))
+                .await
+                .map_err(Self::api("get"))?;
+            let Some(map) = found else { return Ok(()) };
+            let mut data = map.data.clone().unwrap_or_default();
+            if data.remove(&self.node).is_none() {
+                return Ok(());
+            }
+            if self.write(map, data).await? {
+                return Ok(());
+            }
+        }
+        Err(BreakerError::Contended(self.settings.config_map.clone(), ROUNDS))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    fn settings() -> BreakerSettings {
+        BreakerSettings {
+            max_fraction: 0.1,
+            max_nodes: None,
+            node_selector: "nvidia.com/gpu.present=true".into(),
+            config_map: "gpu-health-breaker".into(),
+            grace: GRACE,
+        }
+    }
+
+    fn fleet(n: usize, quarantined: &[usize]) -> Vec<FleetNode> {
+        (1..=n).map(|i| FleetNode { name: format!("gpu-{i:02}"), quarantined: quarantined.contains(&i) }).collect()
+    }
+
+    fn now() -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_714_564_800)
+    }
+
+    fn entries(names: &[(&str, u64)]) -> BTreeMap<String, String> {
+        names
+            .iter()
+            .map(|(n, age)| (n.to_string(), super::super::time::format(now() - Duration::from_secs(*age))))
+            .collect()
+    }
+
+    const GRACE: Duration = Duration::from_secs(300);
+
+    #[test]
+    fn the_third_of_twenty_is_refused_at_ten_percent() {
+        let e = entries(&[("gpu-01", 600), ("gpu-02", 600)]);
+        let d = decide(&e, &fleet(20, &[1, 2]), "gpu-03", now(), GRACE, &settings());
+        assert!(!d.granted);
+        assert_eq!((d.quarantined, d.limit, d.fleet), (2, 2, 20));
+        assert_eq!(d.permit(), Permit::Denied { quarantined: 2, limit: 2, fleet: 20 });
+        let d = decide(&entries(&[("gpu-01", 600)]), &fleet(20, &[1]), "gpu-03", now(), GRACE, &settings());
+        assert!(d.granted && !d.holds);
+    }
+
+    #[test]
+    fn a_node_that_holds_a_place_keeps_it() {
+        let e = entries(&[("gpu-01", 600), ("gpu-02", 600)]);
+        let d = decide(&e, &fleet(20, &[1, 2]), "gpu-02", now(), GRACE, &settings());
+        assert!(d.granted && d.holds);
+    }
+
+    #[test]
+    fn stale_entries_do_not_count() {
+        // gpu-01 holds a place but no longer carries a claim; gpu-99 left the cluster.
+        let e = entries(&[("gpu-01", 600), ("gpu-99", 10), ("gpu-02", 10)]);
+        let d = decide(&e, &fleet(20, &[]), "gpu-03", now(), GRACE, &settings());
+        assert_eq!(d.entries.keys().collect::<Vec<_>>(), vec!["gpu-02"], "young reservation counts");
+        assert!(d.granted);
+    }
+}

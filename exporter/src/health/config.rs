@@ -1,0 +1,355 @@
+//! The health loop's flags. Each is also an environment variable; the four the
+//! original deployment used keep their names (`CHECK_INTERVAL`,
+//! `MEMORY_ERROR_THRESHOLD`, `TEMPERATURE_THRESHOLD`, `AUTO_CORDON`), the others are
+//! `GPU_EXPORTER_HEALTH_*`.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use super::policy::PolicySettings;
+use super::signals::Thresholds;
+use super::xid::{XidError, XidTable};
+
+/// Why the health flags were refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum HealthConfigError {
+    #[error(transparent)]
+    Xid(#[from] XidError),
+    #[error("--health.domain {0:?}: expected a DNS subdomain such as gpu-telemetry.io")]
+    Domain(String),
+    #[error("--health.breaker.max-fraction {0}: expected a share between 0 and 1, such as 0.1")]
+    Fraction(f64),
+    #[error("--health.check-interval must be at least 1s (got {0:?})")]
+    Interval(Duration),
+    #[error("--health.breaker.node-selector {0:?}: expected KEY=VALUE or KEY, comma-separated")]
+    Selector(String),
+}
+
+pub type Result<T, E = HealthConfigError> = std::result::Result<T, E>;
+
+/// Flags of the health loop, flattened into the exporter's.
+#[derive(Debug, Clone, Args)]
+pub struct HealthArgs {
+    /// Run the health loop (metrics, and node actions where an API server is reachable).
+    #[arg(long = "health.enabled", env = "GPU_EXPORTER_HEALTH_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enabled: bool,
+
+    /// Time between scheduled health checks; a bare number is seconds. XIDs and lost
+    /// GPUs are checked as they arrive.
+    #[arg(long = "health.check-interval", env = "CHECK_INTERVAL", default_value = "60", value_parser = parse_seconds)]
+    pub check_interval: Duration,
+
+    /// Corrected ECC errors since the last GPU reset at or over which a GPU is unhealthy (0: off).
+    #[arg(long = "health.memory-error-threshold", env = "MEMORY_ERROR_THRESHOLD", default_value_t = 10)]
+    pub memory_error_threshold: u64,
+
+    /// GPU temperature in °C at or over which a GPU is unhealthy.
+    #[arg(long = "health.temperature-threshold", env = "TEMPERATURE_THRESHOLD", default_value_t = 90)]
+    pub temperature_threshold: u32,
+
+    /// A GPU within this many °C of its own slowdown temperature is unhealthy too.
+    #[arg(long = "health.slowdown-margin", env = "GPU_EXPORTER_HEALTH_SLOWDOWN_MARGIN", default_value_t = 5)]
+    pub slowdown_margin: u32,
+
+    /// Retired pages (single- plus double-bit ECC) at or over which a GPU is unhealthy (0: off).
+    #[arg(long = "health.retired-pages-limit", env = "GPU_EXPORTER_HEALTH_RETIRED_PAGES_LIMIT", default_value_t = 60)]
+    pub retired_pages_limit: u64,
+
+    /// Cordon and taint the node when it is unhealthy. Off: the condition, Events and
+    /// metrics still tell, scheduling is left alone.
+    #[arg(long = "health.auto-cordon", env = "AUTO_CORDON", default_value_t = true, action = clap::ArgAction::Set)]
+    pub auto_cordon: bool,
+
+    /// Record the intended action (annotation and Event) and change nothing else.
+    #[arg(long = "health.dry-run", env = "GPU_EXPORTER_HEALTH_DRY_RUN", default_value_t = false, action = clap::ArgAction::Set)]
+    pub dry_run: bool,
+
+    /// Consecutive checks a noisy signal (temperature, corrected ECC, slowdown, hung call) needs.
+    #[arg(long = "health.debounce-checks", env = "GPU_EXPORTER_HEALTH_DEBOUNCE_CHECKS", default_value_t = 3)]
+    pub debounce_checks: u32,
+
+    /// Consecutive healthy checks before a quarantined node is released.
+    #[arg(long = "health.recovery-checks", env = "GPU_EXPORTER_HEALTH_RECOVERY_CHECKS", default_value_t = 3)]
+    pub recovery_checks: u32,
+
+    /// Shortest quarantine.
+    #[arg(long = "health.min-quarantine", env = "GPU_EXPORTER_HEALTH_MIN_QUARANTINE", default_value = "10m", value_parser = parse_seconds)]
+    pub min_quarantine: Duration,
+
+    /// XID classes overriding the default table, CODE=CLASS (event, quarantine, reset,
+    /// reboot); repeat the flag or separate with commas.
+    #[arg(long = "health.xid-classes", env = "GPU_EXPORTER_HEALTH_XID_CLASSES", value_delimiter = ',')]
+    pub xid_classes: Vec<String>,
+
+    /// Prefix of the taint key, annotations and opt-out label the loop writes and reads.
+    #[arg(long = "health.domain", env = "GPU_EXPORTER_HEALTH_DOMAIN", default_value = "gpu-telemetry.io")]
+    pub domain: String,
+
+    /// No new quarantine while this share of the GPU nodes is quarantined by the loop.
+    #[arg(
+        long = "health.breaker.max-fraction",
+        env = "GPU_EXPORTER_HEALTH_BREAKER_MAX_FRACTION",
+        default_value_t = 0.1
+    )]
+    pub breaker_max_fraction: f64,
+
+    /// No new quarantine while this many GPU nodes are quarantined (replaces the share).
+    #[arg(long = "health.breaker.max-nodes", env = "GPU_EXPORTER_HEALTH_BREAKER_MAX_NODES")]
+    pub breaker_max_nodes: Option<u32>,
+
+    /// Label selector of the GPU nodes the share is taken of.
+    #[arg(
+        long = "health.breaker.node-selector",
+        env = "GPU_EXPORTER_HEALTH_BREAKER_NODE_SELECTOR",
+        default_value = "nvidia.com/gpu.present=true"
+    )]
+    pub breaker_node_selector: String,
+
+    /// ConfigMap the exporters of the cluster count quarantines in.
+    #[arg(
+        long = "health.breaker.config-map",
+        env = "GPU_EXPORTER_HEALTH_BREAKER_CONFIG_MAP",
+        default_value = "gpu-health-breaker"
+    )]
+    pub breaker_config_map: String,
+
+    /// Namespace of that ConfigMap; default: the exporter's own (POD_NAMESPACE, else the kubeconfig's).
+    #[arg(long = "health.namespace", env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Namespace the node Events are written to (the kubelet's are in `default`).
+    #[arg(long = "health.event-namespace", env = "GPU_EXPORTER_HEALTH_EVENT_NAMESPACE", default_value = "default")]
+    pub event_namespace: String,
+
+    /// Attempts per API request on 409, 429, 5xx or no answer, with backoff and jitter.
+    #[arg(long = "health.api-attempts", env = "GPU_EXPORTER_HEALTH_API_ATTEMPTS", default_value_t = 5)]
+    pub api_attempts: u32,
+
+    /// Deadline of one API request.
+    #[arg(long = "health.api-timeout", env = "GPU_EXPORTER_HEALTH_API_TIMEOUT", default_value = "10s", value_parser = parse_seconds)]
+    pub api_timeout: Duration,
+}
+
+/// Everything the loop needs, checked.
+#[derive(Debug, Clone)]
+pub struct HealthSettings {
+    pub check_interval: Duration,
+    pub thresholds: Thresholds,
+    pub policy: PolicySettings,
+    pub xids: XidTable,
+    pub auto_cordon: bool,
+    pub dry_run: bool,
+    pub names: Names,
+    pub breaker: BreakerSettings,
+    pub namespace: Option<String>,
+    pub event_namespace: String,
+    pub api_attempts: u32,
+    pub api_timeout: Duration,
+}
+
+/// The names the loop writes on the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    pub domain: String,
+    /// `<domain>/gpu-unhealthy`.
+    pub taint_key: String,
+    /// `<domain>/gpu-health`: what the loop applied and why.
+    pub state_annotation: String,
+    /// `<domain>/gpu-health-dry-run`: what it would have applied.
+    pub dry_run_annotation: String,
+    /// `<domain>/gpu-health-reset`: an operator writes the RFC 3339 time at which the
+    /// GPUs were reset, to clear reset-needing reasons older than that which NVML
+    /// could not show (a reset the exporter never saw).
+    pub reset_annotation: String,
+    /// `<domain>/gpu-health-opt-out`: set to `true` on a node to keep the loop's hands off it.
+    pub opt_out_label: String,
+    pub condition_type: String,
+    /// `fieldManager` of every write.
+    pub field_manager: String,
+}
+
+impl Names {
+    pub fn new(domain: &str) -> Self {
+        Names {
+            domain: domain.to_string(),
+            taint_key: format!("{domain}/gpu-unhealthy"),
+            state_annotation: format!("{domain}/gpu-health"),
+            dry_run_annotation: format!("{domain}/gpu-health-dry-run"),
+            reset_annotation: format!("{domain}/gpu-health-reset"),
+            opt_out_label: format!("{domain}/gpu-health-opt-out"),
+            condition_type: "GPUHealthy".into(),
+            field_manager: "gpu-exporter-health".into(),
+        }
+    }
+}
+
+/// The circuit breaker's limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerSettings {
+    pub max_fraction: f64,
+    pub max_nodes: Option<u32>,
+    pub node_selector: String,
+    pub config_map: String,
+    /// How long a place taken but not yet shown on its node counts.
+    pub grace: Duration,
+}
+
+impl BreakerSettings {
+    /// Most GPU nodes that may be quarantined at once in a fleet of `fleet`: the
+    /// count if given, else the share rounded down but at least one, so a small
+    /// cluster can still take one broken node out.
+    pub fn limit(&self, fleet: usize) -> usize {
+        match self.max_nodes {
+            Some(n) => n as usize,
+            None => ((fleet as f64 * self.max_fraction).floor() as usize).max(1),
+        }
+    }
+}
+
+impl HealthArgs {
+    /// Checks the flags and resolves them.
+    pub fn settings(&self) -> Result<HealthSettings> {
+        let xids = XidTable::with_overrides(&self.xid_classes)?;
+        if !is_dns_subdomain(&self.domain) {
+            return Err(HealthConfigError::Domain(self.domain.clone()));
+        }
+        if !(self.breaker_max_fraction.is_finite() && (0.0..=1.0).contains(&self.breaker_max_fraction)) {
+            return Err(HealthConfigError::Fraction(self.breaker_max_fraction));
+        }
+        if self.check_interval < Duration::from_secs(1) {
+            return Err(HealthConfigError::Interval(self.check_interval));
+        }
+        let selector_ok = self.breaker_node_selector.split(',').all(|part| {
+            let key = part.split_once('=').map_or(part, |(k, _)| k).trim();
+            !key.is_empty() && !key.contains(['!', '(', ' '])
+        });
+        if !selector_ok {
+            return Err(HealthConfigError::Selector(self.breaker_node_selector.clone()));
+        }
+        Ok(HealthSettings {
+            check_interval: self.check_interval,
+            thresholds: Thresholds {
+                temperature_c: self.temperature_threshold,
+                slowdown_margin_c: self.slowdown_margin,
+                corrected_ecc: self.memory_error_threshold,
+                retired_pages: self.retired_pages_limit,
+            },
+            policy: PolicySettings {
+                debounce_checks: self.debounce_checks.max(1),
+                recovery_checks: self.recovery_checks.max(1),
+                min_quarantine: self.min_quarantine,
+            },
+            xids,
+            auto_cordon: self.auto_cordon,
+            dry_run: self.dry_run,
+            names: Names::new(&self.domain),
+            breaker: BreakerSettings {
+                max_fraction: self.breaker_max_fraction,
+                max_nodes: self.breaker_max_nodes,
+                node_selector: self.breaker_node_selector.clone(),
+                config_map: self.breaker_config_map.clone(),
+                grace: (self.check_interval * 5).max(Duration::from_secs(300)),
+            },
+            namespace: self.namespace.clone().filter(|n| !n.is_empty()),
+            event_namespace: self.event_namespace.clone(),
+            api_attempts: self.api_attempts.max(1),
+            api_timeout: self.api_timeout,
+        })
+    }
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// A duration as `60` (seconds, the original deployment's form) or Go-style (`90s`, `1m30s`).
+pub fn parse_seconds(text: &str) -> std::result::Result<Duration, String> {
+    match text.trim().parse::<u64>() {
+        Ok(seconds) => Ok(Duration::from_secs(seconds)),
+        Err(_) => crate::config::parse_duration(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        health: HealthArgs,
+    }
+
+    fn parse(args: &[&str]) -> HealthArgs {
+        let mut argv = vec!["x"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).unwrap().health
+    }
+
+    #[test]
+    fn defaults_match_the_original_deployment() {
+        let s = parse(&[]).settings().unwrap();
+        assert_eq!(s.check_interval, Duration::from_secs(60));
+        assert_eq!(s.thresholds.corrected_ecc, 10);
+        assert_eq!(s.thresholds.temperature_c, 90);
+        assert!(s.auto_cordon);
+        assert!(!s.dry_run);
+        assert_eq!(s.names.taint_key, "gpu-telemetry.io/gpu-unhealthy");
+        assert_eq!(s.breaker.limit(20), 2);
+    }
+
+    #[test]
+    fn values_parse() {
+        let a = parse(&[
+            "--health.check-interval",
+            "1m30s",
+            "--health.auto-cordon",
+            "false",
+            "--health.xid-classes",
+            "13=reset,31=quarantine",
+            "--health.domain",
+            "example.com",
+        ]);
+        let s = a.settings().unwrap();
+        assert_eq!(s.check_interval, Duration::from_secs(90));
+        assert!(!s.auto_cordon);
+        assert_eq!(s.xids.class(31), crate::health::xid::XidClass::Quarantine);
+        assert_eq!(s.names.state_annotation, "example.com/gpu-health");
+        assert_eq!(parse_seconds("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_seconds("soon").is_err());
+    }
+
+    #[test]
+    fn the_breaker_limit_is_a_share_or_a_count() {
+        let mut b = parse(&[]).settings().unwrap().breaker;
+        assert_eq!(b.limit(20), 2);
+        assert_eq!(b.limit(29), 2);
+        assert_eq!(b.limit(5), 1, "a small cluster may still take one node out");
+        b.max_nodes = Some(4);
+        assert_eq!(b.limit(20), 4);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        assert!(matches!(parse(&["--health.domain", "Not A Domain"]).settings(), Err(HealthConfigError::Domain(_))));
+        assert!(matches!(
+            parse(&["--health.breaker.max-fraction", "1.5"]).settings(),
+            Err(HealthConfigError::Fraction(_))
+        ));
+        assert!(matches!(parse(&["--health.xid-classes", "79=x"]).settings(), Err(HealthConfigError::Xid(_))));
+        assert!(matches!(
+            parse(&["--health.breaker.node-selector", "a!=b"]).settings(),
+            Err(HealthConfigError::Selector(_))
+        ));
+    }
+}

@@ -1,0 +1,304 @@
+//! What the loop owns on its Node, and the Node as the loop reads it.
+//!
+//! The loop keeps one JSON annotation, `<domain>/gpu-health` (in dry-run
+//! `<domain>/gpu-health-dry-run`), holding its [`Claim`]: why the node is unhealthy
+//! and since when, the latched reasons, what the loop applied (cordon, taint), what
+//! was already there when it started (someone else's cordon), and what someone else
+//! lifted since. After a restart the loop reads the claim back, so it neither lifts a
+//! quarantine early nor applies one twice, and it never takes credit for a cordon it
+//! did not make.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::Node;
+use serde::{Deserialize, Serialize};
+
+use super::config::Names;
+use super::policy::{Latch, Reason, Restored};
+
+/// Why a claim could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeStateError {
+    #[error("annotation {key}: {source}")]
+    Claim {
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+pub type Result<T, E = NodeStateError> = std::result::Result<T, E>;
+
+/// What the loop applied to the node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Applied {
+    /// The loop set `spec.unschedulable`.
+    #[serde(default)]
+    pub cordon: bool,
+    /// The loop added its taint, with this value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taint: Option<String>,
+}
+
+impl Applied {
+    pub fn anything(&self) -> bool {
+        self.cordon || self.taint.is_some()
+    }
+}
+
+/// What was on the node before the loop changed anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Found {
+    /// Someone else had cordoned the node: the loop does not own that cordon.
+    #[serde(default)]
+    pub unschedulable: bool,
+}
+
+/// What someone else undid; the loop does not apply it again in this quarantine.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Overridden {
+    #[serde(default)]
+    pub cordon: bool,
+    #[serde(default)]
+    pub taint: bool,
+}
+
+/// The loop's record on the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Claim {
+    /// `quarantined`, `unhealthy` (nothing applied: auto-cordon off, or the breaker
+    /// is open), or `dry-run`.
+    pub state: String,
+    #[serde(with = "super::time::rfc3339")]
+    pub since: SystemTime,
+    pub reasons: Vec<Reason>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latches: Vec<Latch>,
+    #[serde(default)]
+    pub applied: Applied,
+    #[serde(default)]
+    pub found: Found,
+    #[serde(default)]
+    pub overridden: Overridden,
+    /// The circuit breaker refused the quarantine.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub blocked: bool,
+    /// Dry-run: what the loop would have done.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intended: Vec<String>,
+    /// The node's boot id when the claim was made; another one means it rebooted.
+    #[serde(default)]
+    pub boot_id: String,
+}
+
+impl Claim {
+    pub fn parse(key: &str, text: &str) -> Result<Claim> {
+        serde_json::from_str(text).map_err(|source| NodeStateError::Claim { key: key.to_string(), source })
+    }
+
+    pub fn to_json(&self) -> String {
+        // A struct of strings, bools and lists cannot fail to serialise.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The policy state to take back from this claim on a node with `boot_id` now.
+    pub fn restored(&self, boot_id: &str) -> Restored {
+        Restored {
+            since: self.since,
+            reasons: self.reasons.clone(),
+            latches: self.latches.clone(),
+            rebooted: !self.boot_id.is_empty() && !boot_id.is_empty() && self.boot_id != boot_id,
+        }
+    }
+}
+
+/// The loop's own Node condition as found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConditionView {
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub last_transition_time: Option<String>,
+}
+
+/// The parts of the Node the loop reads.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeView {
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub unschedulable: bool,
+    /// As JSON, so that fields this version does not know survive a rewrite.
+    pub taints: Vec<serde_json::Value>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub condition: Option<ConditionView>,
+    pub boot_id: String,
+    /// Field managers that own `spec.unschedulable`, per `metadata.managedFields`.
+    pub unschedulable_managers: Vec<String>,
+}
+
+impl NodeView {
+    pub fn from_node(node: &Node, names: &Names) -> NodeView {
+        let meta = &node.metadata;
+        let spec = node.spec.clone().unwrap_or_default();
+        let taints = spec.taints.unwrap_or_default().iter().filter_map(|t| serde_json::to_value(t).ok()).collect();
+        let status = node.status.as_ref();
+        let condition = status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == names.condition_type))
+            .map(|c| ConditionView {
+                status: c.status.clone(),
+                reason: c.reason.clone().unwrap_or_default(),
+                message: c.message.clone().unwrap_or_default(),
+                last_transition_time: c.last_transition_time.as_ref().map(|t| t.0.to_string()),
+            });
+        let mut unschedulable_managers: Vec<String> = meta
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|entry| {
+                entry.subresource.as_deref().unwrap_or("").is_empty()
+                    && entry
+                        .fields_v1
+                        .as_ref()
+                        .and_then(|f| f.0.get("f:spec"))
+                        .and_then(|spec| spec.get("f:unschedulable"))
+                        .is_some()
+            })
+            .filter_map(|entry| entry.manager.clone())
+            .collect();
+        unschedulable_managers.sort();
+        unschedulable_managers.dedup();
+        NodeView {
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            unschedulable: spec.unschedulable.unwrap_or(false),
+            taints,
+            labels: meta.labels.clone().unwrap_or_default(),
+            annotations: meta.annotations.clone().unwrap_or_default(),
+            condition,
+            boot_id: status.and_then(|s| s.node_info.as_ref()).map(|i| i.boot_id.clone()).unwrap_or_default(),
+            unschedulable_managers,
+        }
+    }
+
+    /// The loop's taint, if present.
+    pub fn taint(&self, key: &str) -> Option<&serde_json::Value> {
+        self.taints.iter().find(|t| t.get("key").and_then(|k| k.as_str()) == Some(key))
+    }
+
+    /// Whether `spec.unschedulable` is still the loop's: nobody else has written it
+    /// since (per managed fields; a server that keeps none is taken at its word).
+    pub fn cordon_is_ours(&self, field_manager: &str) -> bool {
+        self.unschedulable
+            && (self.unschedulable_managers.is_empty()
+                || self.unschedulable_managers.iter().all(|m| m == field_manager))
+    }
+
+    /// The claim under `key`; an unreadable one is reported and ignored.
+    pub fn claim(&self, key: &str) -> Option<Result<Claim>> {
+        self.annotations.get(key).map(|text| Claim::parse(key, text))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::policy::Needs;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn names() -> Names {
+        Names::new("gpu-telemetry.io")
+    }
+
+    fn node(json: serde_json::Value) -> Node {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn a_node_is_read_with_the_fields_the_loop_needs() {
+        let n = node(serde_json::json!({
+            "metadata": {
+                "name": "gpu-1", "uid": "u-1", "resourceVersion": "42",
+                "labels": {"gpu-telemetry.io/gpu-health-opt-out": "true"},
+                "managedFields": [
+                    {"manager": "kubectl-cordon", "operation": "Update", "apiVersion": "v1",
+                     "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:unschedulable": {}}}},
+                    {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "subresource": "status",
+                     "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:conditions": {}}}}
+                ]
+            },
+            "spec": {"unschedulable": true, "taints": [{"key": "a", "effect": "NoSchedule", "value": "b"}]},
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {"type": "GPUHealthy", "status": "False", "reason": "Xid79", "message": "m",
+                     "lastTransitionTime": "2024-05-01T12:00:00Z"}
+                ],
+                "nodeInfo": {"architecture": "amd64", "bootID": "boot-1", "containerRuntimeVersion": "",
+                  "kernelVersion": "", "kubeProxyVersion": "", "kubeletVersion": "", "machineID": "",
+                  "operatingSystem": "linux", "osImage": "", "systemUUID": ""}
+            }
+        }));
+        let v = NodeView::from_node(&n, &names());
+        assert_eq!(v.resource_version, "42");
+        assert!(v.unschedulable);
+        assert_eq!(v.boot_id, "boot-1");
+        assert_eq!(v.unschedulable_managers, vec!["kubectl-cordon".to_string()]);
+        assert!(!v.cordon_is_ours("gpu-exporter-health"));
+        assert_eq!(v.condition.as_ref().unwrap().reason, "Xid79");
+        assert_eq!(v.condition.clone().unwrap().last_transition_time.as_deref(), Some("2024-05-01T12:00:00Z"));
+        assert!(v.taint("a").is_some());
+        assert_eq!(v.labels["gpu-telemetry.io/gpu-health-opt-out"], "true");
+    }
+
+    #[test]
+    fn a_claim_round_trips_and_a_reboot_is_seen() {
+        let reason = Reason {
+            gpu: Some(0),
+            uuid: "GPU-a".into(),
+            code: "Xid79".into(),
+            detail: "d".into(),
+            needs: Needs::Reset,
+        };
+        let claim = Claim {
+            state: "quarantined".into(),
+            since: UNIX_EPOCH + Duration::from_secs(1_714_564_800),
+            reasons: vec![reason],
+            latches: vec![],
+            applied: Applied { cordon: true, taint: Some("Xid79".into()) },
+            found: Found::default(),
+            overridden: Overridden::default(),
+            blocked: false,
+            intended: vec![],
+            boot_id: "boot-1".into(),
+        };
+        let text = claim.to_json();
+        assert!(text.contains("\"since\":\"2024-05-01T12:00:00Z\""), "{text}");
+        assert!(text.contains("\"applied\":{\"cordon\":true,\"taint\":\"Xid79\"}"), "{text}");
+        assert_eq!(Claim::parse("k", &text).unwrap(), claim);
+        assert!(!claim.restored("boot-1").rebooted);
+        assert!(claim.restored("boot-2").rebooted);
+        let err = Claim::parse("gpu-telemetry.io/gpu-health", "{nope").unwrap_err();
+        assert!(err.to_string().starts_with("annotation gpu-telemetry.io/gpu-health:"), "{err}");
+    }
+
+    #[test]
+    fn without_managed_fields_the_claim_is_trusted() {
+        let v = NodeView { unschedulable: true, ..NodeView::default() };
+        assert!(v.cordon_is_ours("gpu-exporter-health"));
+        let shared = NodeView {
+            unschedulable: true,
+            unschedulable_managers: vec!["gpu-exporter-health".into(), "admin".into()],
+            ..NodeView::default()
+        };
+        assert!(!shared.cordon_is_ours("gpu-exporter-health"), "an admin's apply shares the field");
+    }
+}

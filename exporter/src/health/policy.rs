@@ -1,0 +1,690 @@
+//! The health policy: from the history of observations to a verdict for the node.
+//!
+//! Pure: no clock, no I/O. The loop feeds it one [`Observation`] per check with the
+//! time of the check, and restores it from the node after a restart.
+//!
+//! - A **fatal** signal (lost GPU, uncorrectable ECC, failed row remap, an actionable
+//!   XID, the driver asking for a reset or reboot, ...) makes the node unhealthy on
+//!   the first check that sees it, scheduled or event-driven.
+//! - A **noisy** signal (temperature, corrected ECC, slowdown, a hung call) must be
+//!   seen on `debounce_checks` consecutive scheduled checks (debounce); a single check
+//!   without it starts the count again, so a reading flapping around its threshold
+//!   never acts.
+//! - **Recovery** needs `recovery_checks` consecutive scheduled checks with no signal
+//!   at all (confirmed or not) and `min_quarantine` since the node became unhealthy
+//!   (hysteresis).
+//! - An XID of class reset or reboot is **latched**: it holds the node unhealthy until
+//!   evidence shows the GPU was reset (it went away and answered again, its volatile
+//!   ECC counters dropped, the driver version changed) or the node rebooted (its boot
+//!   id changed, seen when the state is restored). Reboot latches need the reboot.
+//! - A check that cannot see the GPUs (NVML starting or missing) changes nothing.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use super::signals::{Availability, Observation, Severity, SignalKind};
+use super::xid::{XidClass, XidTable};
+
+/// The policy's knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicySettings {
+    /// Consecutive scheduled checks a noisy signal needs before it acts.
+    pub debounce_checks: u32,
+    /// Consecutive healthy scheduled checks before recovery.
+    pub recovery_checks: u32,
+    /// Shortest quarantine.
+    pub min_quarantine: Duration,
+}
+
+impl Default for PolicySettings {
+    fn default() -> Self {
+        PolicySettings { debounce_checks: 3, recovery_checks: 3, min_quarantine: Duration::from_secs(600) }
+    }
+}
+
+/// What started a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckKind {
+    /// The check interval passed: debounce and recovery counts advance.
+    Scheduled,
+    /// An XID or a lost GPU: fatal signals act, counts do not advance.
+    Event,
+}
+
+/// What it takes to clear a reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Needs {
+    /// Clears when the signal is gone.
+    #[default]
+    Nothing,
+    /// Clears once the GPU has been reset (or the node rebooted).
+    Reset,
+    /// Clears once the node has been rebooted.
+    Reboot,
+}
+
+/// One reason the node is unhealthy.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Reason {
+    /// GPU index; `None` for the node as a whole (NVML itself failing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uuid: String,
+    /// `Xid79`, `EccUncorrected`, ...: the taint value and condition reason.
+    pub code: String,
+    pub detail: String,
+    #[serde(default, skip_serializing_if = "is_nothing")]
+    pub needs: Needs,
+}
+
+fn is_nothing(n: &Needs) -> bool {
+    *n == Needs::Nothing
+}
+
+impl Reason {
+    /// `GPU 0 (GPU-…): Xid79: detail`.
+    pub fn describe(&self) -> String {
+        let needs = match self.needs {
+            Needs::Nothing => "",
+            Needs::Reset => "; needs a GPU reset",
+            Needs::Reboot => "; needs a node reboot",
+        };
+        match self.gpu {
+            Some(i) if self.uuid.is_empty() => format!("GPU {i}: {}: {}{needs}", self.code, self.detail),
+            Some(i) => format!("GPU {i} ({}): {}: {}{needs}", self.uuid, self.code, self.detail),
+            None => format!("node: {}: {}{needs}", self.code, self.detail),
+        }
+    }
+}
+
+/// A condition that holds the node unhealthy until evidence of a reset or reboot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Latch {
+    pub reason: Reason,
+    #[serde(with = "super::time::rfc3339")]
+    pub since: SystemTime,
+    /// Volatile ECC errors when it was set; fewer later means the GPU was reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_baseline: Option<u64>,
+    /// Driver version when it was set; another one later means the driver reloaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    /// The GPU went away (lost, unreadable) after it was set.
+    #[serde(default)]
+    pub seen_gone: bool,
+}
+
+/// The node's health as the policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// Nothing observed yet.
+    Unknown,
+    Healthy,
+    Unhealthy,
+}
+
+impl Health {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Healthy => "healthy",
+            Self::Unhealthy => "unhealthy",
+        }
+    }
+}
+
+/// The outcome of one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub health: Health,
+    /// When the node became unhealthy.
+    pub since: Option<SystemTime>,
+    /// Why it is unhealthy, sorted; the first is the primary reason.
+    pub reasons: Vec<Reason>,
+    /// Latched reasons, to be persisted on the node.
+    pub latches: Vec<Latch>,
+    /// Noisy signals seen but not (yet) confirmed.
+    pub pending: Vec<Reason>,
+    /// XIDs recorded without action, and latches cleared by evidence: for the log.
+    pub notes: Vec<String>,
+    /// Health or reasons differ from the previous verdict.
+    pub changed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    Unknown,
+    Healthy,
+    Unhealthy { since: SystemTime, reasons: Vec<Reason> },
+}
+
+/// Everything the policy remembers between checks.
+#[derive(Debug, Clone)]
+pub struct PolicyState {
+    settings: PolicySettings,
+    table: XidTable,
+    phase: Phase,
+    /// Consecutive scheduled checks each noisy signal was seen, by (GPU index, kind).
+    streaks: BTreeMap<(Option<u32>, SignalKind), u32>,
+    healthy_streak: u32,
+    latches: Vec<Latch>,
+    /// XID counts already acted on, by (GPU index, code).
+    xid_seen: BTreeMap<(u32, u64), u64>,
+    last: Option<(Health, Vec<Reason>)>,
+}
+
+/// The part of the state kept on the node across restarts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    pub since: SystemTime,
+    pub reasons: Vec<Reason>,
+    pub latches: Vec<Latch>,
+    /// The node rebooted since the state was written.
+    pub rebooted: bool,
+}
+
+impl PolicyState {
+    pub fn new(settings: PolicySettings, table: XidTable) -> Self {
+        PolicyState {
+            settings,
+            table,
+            phase: Phase::Unknown,
+            streaks: BTreeMap::new(),
+            healthy_streak: 0,
+            latches: Vec::new(),
+            xid_seen: BTreeMap::new(),
+            last: None,
+        }
+    }
+
+    pub fn table(&self) -> &XidTable {
+        &self.table
+    }
+
+    /// Takes back a quarantine written on the node by an earlier run. A reboot
+    /// clears every latch; the quarantine itself still needs its healthy checks and
+    /// its minimum time, counted from when it began.
+    pub fn restore(&mut self, restored: Restored) -> Vec<String> {
+        let mut notes = Vec::new();
+        for latch in restored.latches {
+            if restored.rebooted {
+                notes.push(format!("{}: cleared by the node's reboot", latch.reason.describe()));
+                continue;
+            }
+            let known =
+                self.latches.iter().any(|l| l.reason.gpu == latch.reason.gpu && l.reason.code == latch.reason.code);
+            if !known {
+                self.latches.push(latch);
+            }
+        }
+        self.phase = match std::mem::replace(&mut self.phase, Phase::Unknown) {
+            Phase::Unhealthy { since, reasons } => Phase::Unhealthy { since: since.min(restored.since), reasons },
+            Phase::Unknown | Phase::Healthy => Phase::Unhealthy { since: restored.since, reasons: restored.reasons },
+        };
+        self.healthy_streak = 0;
+        notes
+    }
+
+    /// An operator says the GPUs were reset (or the node serviced) at `at`: latches
+    /// set before then are cleared. Recovery still needs its healthy checks.
+    pub fn acknowledge_reset(&mut self, at: SystemTime) -> Vec<String> {
+        let mut notes = Vec::new();
+        self.latches.retain(|l| {
+            let cleared = l.since <= at;
+            if cleared {
+                notes.push(format!("{}: cleared by the operator's reset acknowledgement", l.reason.describe()));
+            }
+            !cleared
+        });
+        notes
+    }
+
+    /// Runs one check.
+    pub fn step(&mut self, obs: &Observation, kind: CheckKind, at: SystemTime) -> Verdict {
+        if !obs.observable {
+            return self.verdict(Vec::new(), Vec::new());
+        }
+        let mut notes = self.clear_latches_with_evidence(obs);
+        let mut confirmed = Vec::new();
+        self.read_xids(obs, at, &mut confirmed, &mut notes);
+
+        let mut present: Vec<(Option<u32>, SignalKind, Reason)> = Vec::new();
+        for gpu in &obs.gpus {
+            for s in &gpu.signals {
+                let reason = Reason {
+                    gpu: Some(gpu.index),
+                    uuid: gpu.uuid.clone(),
+                    code: s.kind.code(),
+                    detail: s.detail.clone(),
+                    needs: Needs::Nothing,
+                };
+                present.push((Some(gpu.index), s.kind, reason));
+            }
+        }
+        if let Some(failed) = &obs.nvml_failed {
+            let reason = Reason {
+                gpu: None,
+                uuid: String::new(),
+                code: SignalKind::NvmlHung.code(),
+                detail: failed.clone(),
+                needs: Needs::Nothing,
+            };
+            present.push((None, SignalKind::NvmlHung, reason));
+        }
+        if kind == CheckKind::Scheduled {
+            let mut streaks = BTreeMap::new();
+            for (gpu, signal, _) in &present {
+                if signal.severity() == Severity::Noisy {
+                    let before = self.streaks.get(&(*gpu, *signal)).copied().unwrap_or(0);
+                    streaks.insert((*gpu, *signal), before.saturating_add(1));
+                }
+            }
+            self.streaks = streaks;
+        }
+        let mut pending = Vec::new();
+        for (gpu, signal, reason) in present {
+            let streak = self.streaks.get(&(gpu, signal)).copied().unwrap_or(0);
+            if signal.severity() == Severity::Fatal || streak >= self.settings.debounce_checks.max(1) {
+                confirmed.push(reason);
+            } else {
+                pending.push(reason);
+            }
+        }
+        confirmed.extend(self.latches.iter().map(|l| l.reason.clone()));
+        confirmed.sort();
+        confirmed.dedup();
+        pending.sort();
+
+        let bad = !confirmed.is_empty();
+        self.phase = match std::mem::replace(&mut self.phase, Phase::Unknown) {
+            Phase::Unknown | Phase::Healthy if bad => {
+                self.healthy_streak = 0;
+                Phase::Unhealthy { since: at, reasons: confirmed }
+            }
+            Phase::Unknown | Phase::Healthy => Phase::Healthy,
+            Phase::Unhealthy { since, reasons } if bad => {
+                self.healthy_streak = 0;
+                Phase::Unhealthy { since, reasons: keep_first_details(&reasons, confirmed) }
+            }
+            Phase::Unhealthy { since, reasons } if !pending.is_empty() => {
+                self.healthy_streak = 0;
+                Phase::Unhealthy { since, reasons }
+            }
+            Phase::Unhealthy { since, reasons } if kind == CheckKind::Scheduled => {
+                self.healthy_streak = self.healthy_streak.saturating_add(1);
+                let served = at.duration_since(since).unwrap_or(Duration::ZERO) >= self.settings.min_quarantine;
+                if self.healthy_streak >= self.settings.recovery_checks.max(1) && served {
+                    self.healthy_streak = 0;
+                    notes.push("recovered: healthy checks and minimum quarantine time passed".into());
+                    Phase::Healthy
+                } else {
+                    Phase::Unhealthy { since, reasons }
+                }
+            }
+            unchanged => unchanged,
+        };
+        self.verdict(pending, notes)
+    }
+
+    /// Healthy checks so far towards recovery.
+    pub fn healthy_streak(&self) -> u32 {
+        self.healthy_streak
+    }
+
+    fn verdict(&mut self, pending: Vec<Reason>, notes: Vec<String>) -> Verdict {
+        let (health, since, reasons) = match &self.phase {
+            Phase::Unknown => (Health::Unknown, None, Vec::new()),
+            Phase::Healthy => (Health::Healthy, None, Vec::new()),
+            Phase::Unhealthy { since, reasons } => (Health::Unhealthy, Some(*since), reasons.clone()),
+        };
+        let now = (health, reasons.clone());
+        let changed = self.last.as_ref() != Some(&now);
+        self.last = Some(now);
+        Verdict { health, since, reasons, latches: self.latches.clone(), pending, notes, changed }
+    }
+
+    fn clear_latches_with_evidence(&mut self, obs: &Observation) -> Vec<String> {
+        let mut notes = Vec::new();
+        self.latches.retain_mut(|latch| {
+            let Some(gpu) = obs.gpus.iter().find(|g| Some(g.index) == latch.reason.gpu) else { return true };
+            if latch.reason.needs == Needs::Reboot {
+                return true;
+            }
+            if gpu.availability == Availability::Gone {
+                latch.seen_gone = true;
+                return true;
+            }
+            let evidence = if gpu.availability == Availability::Ok && latch.seen_gone {
+                Some("the GPU went away and answers again")
+            } else if matches!((gpu.ecc_volatile, latch.ecc_baseline), (Some(now), Some(then)) if now < then) {
+                Some("its volatile ECC counters were cleared")
+            } else if matches!((&obs.driver_version, &latch.driver), (Some(now), Some(then)) if now != then) {
+                Some("the driver was reloaded")
+            } else {
+                None
+            };
+            match evidence {
+                Some(why) => {
+                    notes.push(format!("{}: reset seen ({why})", latch.reason.describe()));
+                    false
+                }
+                None => true,
+            }
+        });
+        notes
+    }
+
+    fn read_xids(&mut self, obs: &Observation, at: SystemTime, confirmed: &mut Vec<Reason>, notes: &mut Vec<String>) {
+        for gpu in &obs.gpus {
+            for (code, count) in &gpu.xid_counts {
+                let seen = self.xid_seen.entry((gpu.index, *code)).or_insert(0);
+                if *count <= *seen {
+                    continue;
+                }
+                let new = *count - *seen;
+                *seen = *count;
+                let class = self.table.class(*code);
+                let meaning = self.table.meaning(*code).to_string();
+                let needs = match class {
+                    XidClass::Event => {
+                        notes.push(format!("GPU {} XID {code} x{new} recorded, no action: {meaning}", gpu.index));
+                        continue;
+                    }
+                    XidClass::Quarantine => Needs::Nothing,
+                    XidClass::Reset => Needs::Reset,
+                    XidClass::Reboot => Needs::Reboot,
+                };
+                let reason = Reason {
+                    gpu: Some(gpu.index),
+                    uuid: gpu.uuid.clone(),
+                    code: SignalKind::Xid(*code).code(),
+                    detail: format!("XID {code}: {meaning}"),
+                    needs,
+                };
+                if needs == Needs::Nothing {
+                    confirmed.push(reason);
+                    continue;
+                }
+                let latched = self.latches.iter().any(|l| l.reason.gpu == reason.gpu && l.reason.code == reason.code);
+                if !latched {
+                    self.latches.push(Latch {
+                        reason,
+                        since: at,
+                        ecc_baseline: gpu.ecc_volatile,
+                        driver: obs.driver_version.clone(),
+                        seen_gone: gpu.availability == Availability::Gone,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// A reason already known keeps the detail it was first seen with, so that a
+/// moving reading (a temperature, a counter) does not rewrite the node every check.
+fn keep_first_details(known: &[Reason], now: Vec<Reason>) -> Vec<Reason> {
+    now.into_iter()
+        .map(|r| known.iter().find(|k| k.gpu == r.gpu && k.code == r.code && k.needs == r.needs).cloned().unwrap_or(r))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::signals::{GpuObservation, Signal};
+    use std::time::UNIX_EPOCH;
+
+    const T0: u64 = 1_700_000_000;
+
+    fn at(s: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(T0 + s)
+    }
+
+    fn settings() -> PolicySettings {
+        PolicySettings { debounce_checks: 3, recovery_checks: 2, min_quarantine: Duration::from_secs(300) }
+    }
+
+    fn policy() -> PolicyState {
+        PolicyState::new(settings(), XidTable::default())
+    }
+
+    fn gpu(signals: &[SignalKind]) -> GpuObservation {
+        GpuObservation {
+            index: 0,
+            uuid: "GPU-a".into(),
+            availability: if signals.contains(&SignalKind::GpuLost) { Availability::Gone } else { Availability::Ok },
+            signals: signals.iter().map(|k| Signal { kind: *k, detail: "seen".into() }).collect(),
+            xid_counts: BTreeMap::new(),
+            ecc_volatile: Some(0),
+        }
+    }
+
+    fn obs(gpus: Vec<GpuObservation>) -> Observation {
+        Observation {
+            generation: 1,
+            observable: true,
+            nvml_failed: None,
+            driver_version: Some("550.90.07".into()),
+            gpus,
+        }
+    }
+
+    fn with_xid(mut g: GpuObservation, code: u64, count: u64) -> GpuObservation {
+        g.xid_counts.insert(code, count);
+        g
+    }
+
+    #[test]
+    fn a_fatal_signal_acts_on_the_first_check_even_an_event_check() {
+        let mut p = policy();
+        assert_eq!(p.step(&obs(vec![gpu(&[])]), CheckKind::Scheduled, at(0)).health, Health::Healthy);
+        let v = p.step(&obs(vec![gpu(&[SignalKind::EccUncorrected])]), CheckKind::Event, at(5));
+        assert_eq!(v.health, Health::Unhealthy);
+        assert_eq!(v.since, Some(at(5)));
+        assert_eq!(v.reasons[0].code, "EccUncorrected");
+        assert!(v.changed);
+    }
+
+    #[test]
+    fn a_noisy_signal_needs_consecutive_scheduled_checks() {
+        let mut p = policy();
+        let hot = obs(vec![gpu(&[SignalKind::Temperature])]);
+        assert_eq!(p.step(&hot, CheckKind::Scheduled, at(0)).health, Health::Healthy);
+        let v = p.step(&hot, CheckKind::Scheduled, at(60));
+        assert_eq!(v.health, Health::Healthy);
+        assert_eq!(v.pending.len(), 1, "seen but not confirmed");
+        assert_eq!(p.step(&hot, CheckKind::Event, at(61)).health, Health::Healthy, "events do not count");
+        assert_eq!(p.step(&hot, CheckKind::Scheduled, at(120)).health, Health::Unhealthy);
+    }
+
+    #[test]
+    fn a_flapping_reading_never_acts() {
+        let mut p = policy();
+        let hot = obs(vec![gpu(&[SignalKind::Temperature])]);
+        let cool = obs(vec![gpu(&[])]);
+        for i in 0..20 {
+            let o = if i % 3 == 2 { &cool } else { &hot };
+            let v = p.step(o, CheckKind::Scheduled, at(i * 60));
+            assert_eq!(v.health, Health::Healthy, "check {i}");
+        }
+    }
+
+    #[test]
+    fn recovery_needs_healthy_checks_and_the_minimum_time() {
+        let mut p = policy();
+        p.step(&obs(vec![gpu(&[SignalKind::RowRemapFailed])]), CheckKind::Scheduled, at(0));
+        let fine = obs(vec![gpu(&[])]);
+        assert_eq!(p.step(&fine, CheckKind::Scheduled, at(60)).health, Health::Unhealthy);
+        assert_eq!(p.step(&fine, CheckKind::Scheduled, at(120)).health, Health::Unhealthy, "2 checks, 120 s < 300 s");
+        assert_eq!(p.step(&fine, CheckKind::Event, at(301)).health, Health::Unhealthy, "event checks do not count");
+        let v = p.step(&fine, CheckKind::Scheduled, at(302));
+        assert_eq!(v.health, Health::Healthy);
+        assert!(v.changed);
+    }
+
+    #[test]
+    fn an_unconfirmed_noisy_signal_during_quarantine_holds_recovery() {
+        let mut p = policy();
+        p.step(&obs(vec![gpu(&[SignalKind::GpuLost])]), CheckKind::Scheduled, at(0));
+        let fine = obs(vec![gpu(&[])]);
+        let warm = obs(vec![gpu(&[SignalKind::Temperature])]);
+        p.step(&fine, CheckKind::Scheduled, at(400));
+        let v = p.step(&warm, CheckKind::Scheduled, at(460));
+        assert_eq!(v.health, Health::Unhealthy);
+        assert_eq!(v.reasons[0].code, "GpuLost", "the reasons stay those that caused the quarantine");
+        assert_eq!(p.healthy_streak(), 0);
+        p.step(&fine, CheckKind::Scheduled, at(520));
+        assert_eq!(p.step(&fine, CheckKind::Scheduled, at(580)).health, Health::Healthy);
+    }
+
+    #[test]
+    fn a_moving_reading_keeps_its_first_detail() {
+        let mut p = policy();
+        let mut g = gpu(&[SignalKind::EccUncorrected]);
+        g.signals[0].detail = "1 error".into();
+        p.step(&obs(vec![g.clone()]), CheckKind::Scheduled, at(0));
+        g.signals[0].detail = "2 errors".into();
+        let v = p.step(&obs(vec![g]), CheckKind::Scheduled, at(60));
+        assert_eq!(v.reasons[0].detail, "1 error");
+        assert!(!v.changed);
+    }
+
+    #[test]
+    fn application_xids_are_recorded_only() {
+        let mut p = policy();
+        let v = p.step(&obs(vec![with_xid(gpu(&[]), 13, 4)]), CheckKind::Event, at(0));
+        assert_eq!(v.health, Health::Healthy);
+        assert!(v.notes[0].contains("XID 13 x4 recorded, no action"), "{:?}", v.notes);
+    }
+
+    #[test]
+    fn a_reset_xid_stays_until_the_gpu_went_away_and_came_back() {
+        let mut p = policy();
+        p.step(&obs(vec![gpu(&[])]), CheckKind::Scheduled, at(0));
+        let v = p.step(&obs(vec![with_xid(gpu(&[]), 79, 1)]), CheckKind::Event, at(10));
+        assert_eq!(v.health, Health::Unhealthy);
+        assert_eq!(v.reasons[0].code, "Xid79");
+        assert_eq!(v.reasons[0].needs, Needs::Reset);
+        assert_eq!(v.latches.len(), 1);
+        // Healthy-looking checks do not clear it: no reset happened.
+        for i in 1..10 {
+            let v = p.step(&obs(vec![with_xid(gpu(&[]), 79, 1)]), CheckKind::Scheduled, at(10 + i * 60));
+            assert_eq!(v.health, Health::Unhealthy, "check {i}");
+        }
+        p.step(&obs(vec![with_xid(gpu(&[SignalKind::GpuLost]), 79, 1)]), CheckKind::Scheduled, at(700));
+        let v = p.step(&obs(vec![with_xid(gpu(&[]), 79, 1)]), CheckKind::Scheduled, at(760));
+        assert!(v.latches.is_empty(), "reset seen");
+        assert!(v.notes.iter().any(|n| n.contains("answers again")), "{:?}", v.notes);
+        assert_eq!(v.health, Health::Unhealthy, "still needs its healthy checks");
+        assert_eq!(
+            p.step(&obs(vec![with_xid(gpu(&[]), 79, 1)]), CheckKind::Scheduled, at(820)).health,
+            Health::Healthy
+        );
+    }
+
+    #[test]
+    fn cleared_volatile_ecc_or_a_new_driver_is_evidence_of_a_reset() {
+        let mut p = policy();
+        let mut g = with_xid(gpu(&[]), 48, 1);
+        g.ecc_volatile = Some(3);
+        p.step(&obs(vec![g.clone()]), CheckKind::Event, at(0));
+        g.ecc_volatile = Some(0);
+        assert!(p.step(&obs(vec![g.clone()]), CheckKind::Scheduled, at(60)).latches.is_empty());
+
+        let mut p = policy();
+        p.step(&obs(vec![with_xid(gpu(&[]), 74, 1)]), CheckKind::Event, at(0));
+        let mut reloaded = obs(vec![with_xid(gpu(&[]), 74, 1)]);
+        reloaded.driver_version = Some("560.1".into());
+        assert!(p.step(&reloaded, CheckKind::Scheduled, at(60)).latches.is_empty());
+    }
+
+    #[test]
+    fn a_reboot_latch_is_cleared_only_by_a_reboot() {
+        let table = XidTable::with_overrides(&["79=reboot"]).unwrap();
+        let mut p = PolicyState::new(settings(), table.clone());
+        p.step(&obs(vec![with_xid(gpu(&[]), 79, 1)]), CheckKind::Event, at(0));
+        p.step(&obs(vec![with_xid(gpu(&[SignalKind::GpuLost]), 79, 1)]), CheckKind::Scheduled, at(60));
+        let v = p.step(&obs(vec![with_xid(gpu(&[]), 79, 1)]), CheckKind::Scheduled, at(120));
+        assert_eq!(v.latches.len(), 1, "a GPU reset is not enough");
+        let saved = Restored { since: v.since.unwrap(), reasons: v.reasons, latches: v.latches, rebooted: true };
+        let mut after = PolicyState::new(settings(), table);
+        let notes = after.restore(saved);
+        assert!(notes[0].contains("reboot"), "{notes:?}");
+        let fine = obs(vec![gpu(&[])]);
+        assert_eq!(after.step(&fine, CheckKind::Scheduled, at(400)).health, Health::Unhealthy);
+        assert_eq!(after.step(&fine, CheckKind::Scheduled, at(460)).health, Health::Healthy);
+    }
+
+    #[test]
+    fn an_operator_acknowledgement_clears_older_latches_only() {
+        let mut p = policy();
+        p.step(&obs(vec![with_xid(gpu(&[]), 79, 1)]), CheckKind::Event, at(0));
+        assert!(p.acknowledge_reset(at(0) - Duration::from_secs(1)).is_empty(), "an older reset says nothing");
+        let notes = p.acknowledge_reset(at(30));
+        assert!(notes[0].contains("acknowledgement"), "{notes:?}");
+        let fine = obs(vec![with_xid(gpu(&[]), 79, 1)]);
+        p.step(&fine, CheckKind::Scheduled, at(300));
+        assert_eq!(p.step(&fine, CheckKind::Scheduled, at(360)).health, Health::Healthy);
+    }
+
+    #[test]
+    fn restoring_keeps_the_quarantine_and_its_start() {
+        let mut p = policy();
+        let latch = Latch {
+            reason: Reason {
+                gpu: Some(0),
+                uuid: "GPU-a".into(),
+                code: "Xid79".into(),
+                detail: "XID 79".into(),
+                needs: Needs::Reset,
+            },
+            since: at(0),
+            ecc_baseline: Some(0),
+            driver: Some("550.90.07".into()),
+            seen_gone: false,
+        };
+        p.restore(Restored {
+            since: at(0),
+            reasons: vec![latch.reason.clone()],
+            latches: vec![latch],
+            rebooted: false,
+        });
+        let v = p.step(&obs(vec![gpu(&[])]), CheckKind::Scheduled, at(1000));
+        assert_eq!(v.health, Health::Unhealthy, "the latch survives the restart");
+        assert_eq!(v.since, Some(at(0)));
+        assert_eq!(v.reasons[0].code, "Xid79");
+        assert_eq!(v.reasons.len(), 1);
+    }
+
+    #[test]
+    fn nothing_changes_while_the_gpus_cannot_be_seen() {
+        let mut p = policy();
+        p.step(&obs(vec![gpu(&[SignalKind::GpuLost])]), CheckKind::Scheduled, at(0));
+        let mut blind = obs(vec![]);
+        blind.observable = false;
+        for i in 1..10 {
+            let v = p.step(&blind, CheckKind::Scheduled, at(i * 600));
+            assert_eq!(v.health, Health::Unhealthy);
+        }
+        let mut fresh = policy();
+        assert_eq!(fresh.step(&blind, CheckKind::Scheduled, at(0)).health, Health::Unknown);
+    }
+
+    #[test]
+    fn a_driver_that_hangs_is_a_noisy_node_signal() {
+        let mut p = policy();
+        let mut hung = obs(vec![]);
+        hung.nvml_failed = Some("NVML is down (init_hung)".into());
+        p.step(&hung, CheckKind::Scheduled, at(0));
+        p.step(&hung, CheckKind::Scheduled, at(60));
+        let v = p.step(&hung, CheckKind::Scheduled, at(120));
+        assert_eq!(v.health, Health::Unhealthy);
+        assert_eq!(v.reasons[0].gpu, None);
+        assert!(v.reasons[0].describe().starts_with("node: NvmlHung"));
+    }
+}

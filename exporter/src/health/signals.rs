@@ -1,0 +1,478 @@
+//! Snapshot to health signals: what is wrong with each GPU right now, as plain data.
+//!
+//! A signal is a condition seen in one snapshot: a level (an ECC counter, a flag, a
+//! temperature) or a state (lost, hung). XIDs are events, not levels: the snapshot
+//! carries their counts and the policy ([`super::policy`]) turns new occurrences into
+//! signals through the classification table ([`super::xid`]). Nothing here keeps
+//! state or does I/O.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::snapshot::{GpuSnapshot, GpuState, NvmlDownReason, NvmlStatus, RecoveryAction, Snapshot};
+
+/// NVML clock-event bit: hardware thermal slowdown.
+pub const HW_THERMAL_SLOWDOWN: u64 = 0x40;
+/// NVML clock-event bit: hardware power-brake slowdown (the board's power supply asked).
+pub const HW_POWER_BRAKE_SLOWDOWN: u64 = 0x80;
+
+/// The limits a reading is compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    /// A GPU at or over this temperature is too hot (`TEMPERATURE_THRESHOLD`).
+    pub temperature_c: u32,
+    /// A GPU within this many degrees of its own slowdown threshold is too hot.
+    pub slowdown_margin_c: u32,
+    /// Corrected ECC errors since the last reset at or over which the memory is
+    /// suspect (`MEMORY_ERROR_THRESHOLD`); 0 turns the signal off.
+    pub corrected_ecc: u64,
+    /// Retired pages (single- plus double-bit) at or over which the GPU needs service.
+    pub retired_pages: u64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds { temperature_c: 90, slowdown_margin_c: 5, corrected_ecc: 10, retired_pages: 60 }
+    }
+}
+
+/// What a signal says, without the GPU it is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum SignalKind {
+    /// NVML answers `GPU_IS_LOST`: the GPU fell off the bus.
+    GpuLost,
+    /// An XID code of class quarantine, reset or reboot was reported.
+    Xid(u64),
+    /// Uncorrectable ECC errors since the last reset (volatile counter above 0).
+    EccUncorrected,
+    /// A row remapping failed: the GPU has no spare rows left.
+    RowRemapFailed,
+    /// A row remapping waits for a GPU reset.
+    RowRemapPending,
+    /// A page retirement waits for the next driver reload.
+    RetiredPagesPending,
+    /// More pages retired than the limit.
+    RetiredPagesLimit,
+    /// The driver's recovery action asks for a GPU reset.
+    RecoveryReset,
+    /// The driver's recovery action asks for a node reboot.
+    RecoveryReboot,
+    /// Corrected ECC errors since the last reset at or over the threshold.
+    EccCorrected,
+    /// Temperature at or over the threshold, or within the margin of slowdown.
+    Temperature,
+    /// The GPU's hardware thermal slowdown is lowering its clocks.
+    ThermalSlowdown,
+    /// The board's power brake is lowering the clocks.
+    PowerBrakeSlowdown,
+    /// An NVML call on the GPU is past its deadline.
+    NvmlHung,
+    /// The GPU could not be read for another reason.
+    GpuUnreadable,
+}
+
+/// How a signal is acted on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// Act on the first check that sees it.
+    Fatal,
+    /// Act only after `--health.debounce-checks` consecutive checks see it.
+    Noisy,
+}
+
+impl SignalKind {
+    /// A short CamelCase word for the taint value, the condition reason and labels.
+    pub fn code(self) -> String {
+        match self {
+            Self::Xid(code) => format!("Xid{code}"),
+            other => other.static_code().to_string(),
+        }
+    }
+
+    fn static_code(self) -> &'static str {
+        match self {
+            Self::GpuLost => "GpuLost",
+            Self::Xid(_) => "Xid",
+            Self::EccUncorrected => "EccUncorrected",
+            Self::RowRemapFailed => "RowRemapFailed",
+            Self::RowRemapPending => "RowRemapPending",
+            Self::RetiredPagesPending => "RetiredPagesPending",
+            Self::RetiredPagesLimit => "RetiredPagesLimit",
+            Self::RecoveryReset => "RecoveryActionReset",
+            Self::RecoveryReboot => "RecoveryActionReboot",
+            Self::EccCorrected => "EccCorrected",
+            Self::Temperature => "Temperature",
+            Self::ThermalSlowdown => "ThermalSlowdown",
+            Self::PowerBrakeSlowdown => "PowerBrakeSlowdown",
+            Self::NvmlHung => "NvmlHung",
+            Self::GpuUnreadable => "GpuUnreadable",
+        }
+    }
+
+    pub fn severity(self) -> Severity {
+        match self {
+            Self::GpuLost
+            | Self::Xid(_)
+            | Self::EccUncorrected
+            | Self::RowRemapFailed
+            | Self::RowRemapPending
+            | Self::RetiredPagesPending
+            | Self::RetiredPagesLimit
+            | Self::RecoveryReset
+            | Self::RecoveryReboot => Severity::Fatal,
+            Self::EccCorrected
+            | Self::Temperature
+            | Self::ThermalSlowdown
+            | Self::PowerBrakeSlowdown
+            | Self::NvmlHung
+            | Self::GpuUnreadable => Severity::Noisy,
+        }
+    }
+}
+
+/// One signal seen on one GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signal {
+    pub kind: SignalKind,
+    /// What was seen, for the condition message and logs.
+    pub detail: String,
+}
+
+/// Whether the GPU answered this cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Availability {
+    Ok,
+    /// Lost, or its handle could not be had: if it answers again later, it was reset
+    /// (or the driver reloaded).
+    Gone,
+    /// A call is past its deadline.
+    Hung,
+    /// Not read yet.
+    Unknown,
+}
+
+/// One GPU as the policy sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuObservation {
+    pub index: u32,
+    pub uuid: String,
+    pub availability: Availability,
+    /// Level signals present now.
+    pub signals: Vec<Signal>,
+    /// XID counts since the exporter started, by code.
+    pub xid_counts: BTreeMap<u64, u64>,
+    /// Volatile ECC errors (corrected plus uncorrected); a reset zeroes them, so a
+    /// drop is evidence of one.
+    pub ecc_volatile: Option<u64>,
+}
+
+/// One snapshot as the policy sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observation {
+    pub generation: u64,
+    /// False while nothing can be said about the GPUs (NVML starting, or unusable for
+    /// a reason that is not the GPUs' fault, such as a missing library).
+    pub observable: bool,
+    /// NVML is down in a way that says the GPUs or the driver are broken.
+    pub nvml_failed: Option<String>,
+    pub driver_version: Option<String>,
+    pub gpus: Vec<GpuObservation>,
+}
+
+impl Observation {
+    /// Whether a GPU reported an XID that `acts` says is acted on more often than in
+    /// `earlier`, or was lost since `earlier`: such a snapshot is checked at once, not
+    /// at the interval. (A flood of application XIDs does not turn into a flood of checks.)
+    pub fn has_news_since(&self, earlier: &Observation, acts: impl Fn(u64) -> bool) -> bool {
+        self.gpus.iter().any(|gpu| {
+            let before = earlier.gpus.iter().find(|g| g.index == gpu.index);
+            let new_xid = gpu.xid_counts.iter().any(|(code, count)| {
+                acts(*code)
+                    && before.and_then(|b| b.xid_counts.get(code)).is_none_or(|earlier_count| count > earlier_count)
+            });
+            let newly_gone = gpu.signals.iter().any(|s| s.kind == SignalKind::GpuLost)
+                && !before.is_some_and(|b| b.signals.iter().any(|s| s.kind == SignalKind::GpuLost));
+            new_xid || newly_gone
+        })
+    }
+}
+
+/// Reads the signals out of a snapshot.
+pub fn observe(snapshot: &Snapshot, limits: &Thresholds) -> Observation {
+    let (observable, nvml_failed, driver_version) = match &snapshot.nvml {
+        NvmlStatus::Up(info) => (snapshot.stats.cycles_total > 0, None, Some(info.driver_version.clone())),
+        NvmlStatus::Starting => (false, None, None),
+        NvmlStatus::Down { error: error @ (NvmlDownReason::InitHung | NvmlDownReason::DriverNotLoaded), message } => {
+            (true, Some(format!("NVML is down ({}): {message}", error.as_str())), None)
+        }
+        NvmlStatus::Down { .. } => (false, None, None),
+    };
+    Observation {
+        generation: snapshot.generation,
+        observable,
+        nvml_failed,
+        driver_version,
+        gpus: snapshot.gpus.iter().map(|g| observe_gpu(g, limits)).collect(),
+    }
+}
+
+fn observe_gpu(gpu: &GpuSnapshot, limits: &Thresholds) -> GpuObservation {
+    let mut signals = Vec::new();
+    let mut push = |kind, detail: String| signals.push(Signal { kind, detail });
+    let availability = match &gpu.state {
+        GpuState::Ok => Availability::Ok,
+        GpuState::Unknown => Availability::Unknown,
+        GpuState::Lost { .. } => {
+            push(SignalKind::GpuLost, "NVML reports the GPU lost (fallen off the bus)".into());
+            Availability::Gone
+        }
+        GpuState::Failed { error } => {
+            push(SignalKind::GpuUnreadable, format!("the GPU cannot be read: {error}"));
+            Availability::Gone
+        }
+        GpuState::Stale { call, .. } => {
+            push(SignalKind::NvmlHung, format!("{call} is past its deadline"));
+            Availability::Hung
+        }
+    };
+    let mut ecc_volatile = None;
+    if let Some(r) = &gpu.readings {
+        if let Some(ecc) = r.ecc {
+            ecc_volatile = Some(ecc.corrected_volatile.saturating_add(ecc.uncorrected_volatile));
+            if ecc.uncorrected_volatile > 0 {
+                push(
+                    SignalKind::EccUncorrected,
+                    format!("{} uncorrectable ECC errors since the last reset", ecc.uncorrected_volatile),
+                );
+            }
+            if limits.corrected_ecc > 0 && ecc.corrected_volatile >= limits.corrected_ecc {
+                push(
+                    SignalKind::EccCorrected,
+                    format!(
+                        "{} corrected ECC errors since the last reset (threshold {})",
+                        ecc.corrected_volatile, limits.corrected_ecc
+                    ),
+                );
+            }
+        }
+        if let Some(rows) = r.remapped_rows {
+            if rows.failed {
+                push(SignalKind::RowRemapFailed, "a row remapping failed: no spare rows left".into());
+            }
+            if rows.pending {
+                push(SignalKind::RowRemapPending, "a row remapping waits for a GPU reset".into());
+            }
+        }
+        if let Some(pages) = r.retired_pages {
+            let retired = pages.single_bit_ecc.saturating_add(pages.double_bit_ecc);
+            if limits.retired_pages > 0 && retired >= limits.retired_pages {
+                push(
+                    SignalKind::RetiredPagesLimit,
+                    format!("{retired} pages retired (limit {})", limits.retired_pages),
+                );
+            }
+            if pages.pending {
+                push(SignalKind::RetiredPagesPending, "a page retirement waits for a driver reload".into());
+            }
+        }
+        match r.recovery_action {
+            Some(RecoveryAction::GpuReset | RecoveryAction::DrainAndReset) => {
+                push(SignalKind::RecoveryReset, "the driver asks for a GPU reset".into())
+            }
+            Some(RecoveryAction::NodeReboot) => {
+                push(SignalKind::RecoveryReboot, "the driver asks for a node reboot".into())
+            }
+            _ => {}
+        }
+        if let Some(t) = r.temperature_celsius {
+            let slowdown_near =
+                r.temperature_slowdown_celsius.filter(|s| t.saturating_add(limits.slowdown_margin_c) >= *s && *s > 0);
+            if t >= limits.temperature_c {
+                push(
+                    SignalKind::Temperature,
+                    format!("{t} °C, at or over the threshold of {} °C", limits.temperature_c),
+                );
+            } else if let Some(slowdown) = slowdown_near {
+                push(
+                    SignalKind::Temperature,
+                    format!("{t} °C, within {} °C of the slowdown threshold {slowdown} °C", limits.slowdown_margin_c),
+                );
+            }
+        }
+        if let Some(events) = r.clock_events {
+            if events.active & HW_THERMAL_SLOWDOWN != 0 {
+                push(SignalKind::ThermalSlowdown, "hardware thermal slowdown is lowering the clocks".into());
+            }
+            if events.active & HW_POWER_BRAKE_SLOWDOWN != 0 {
+                push(SignalKind::PowerBrakeSlowdown, "the power brake is lowering the clocks".into());
+            }
+        }
+    }
+    GpuObservation {
+        index: gpu.index,
+        uuid: gpu.identity.uuid.clone(),
+        availability,
+        signals,
+        xid_counts: gpu.xids.iter().map(|(code, r)| (*code, r.count)).collect(),
+        ecc_volatile,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{
+        ClockEvents, DriverInfo, EccCounts, GpuIdentity, GpuReadings, RemappedRows, RetiredPages, XidRecord,
+    };
+    use std::time::SystemTime;
+
+    fn snapshot(gpu: GpuSnapshot) -> Snapshot {
+        let mut s = Snapshot { nvml: NvmlStatus::Up(DriverInfo::default()), gpus: vec![gpu], ..Snapshot::default() };
+        s.stats.cycles_total = 1;
+        s
+    }
+
+    fn ok_gpu(readings: GpuReadings) -> GpuSnapshot {
+        GpuSnapshot {
+            identity: GpuIdentity { uuid: "GPU-a".into(), ..GpuIdentity::default() },
+            state: GpuState::Ok,
+            readings: Some(readings),
+            ..GpuSnapshot::default()
+        }
+    }
+
+    fn kinds(readings: GpuReadings, limits: &Thresholds) -> Vec<SignalKind> {
+        observe(&snapshot(ok_gpu(readings)), limits).gpus[0].signals.iter().map(|s| s.kind).collect()
+    }
+
+    #[test]
+    fn a_healthy_gpu_has_no_signals() {
+        let r = GpuReadings {
+            temperature_celsius: Some(60),
+            temperature_slowdown_celsius: Some(87),
+            ecc: Some(EccCounts { corrected_volatile: 9, ..EccCounts::default() }),
+            remapped_rows: Some(RemappedRows { correctable: 2, ..RemappedRows::default() }),
+            clock_events: Some(ClockEvents { supported: 0x1ff, active: 0x1 | 0x4 }),
+            recovery_action: Some(RecoveryAction::None),
+            ..GpuReadings::default()
+        };
+        assert!(kinds(r, &Thresholds::default()).is_empty());
+    }
+
+    #[test]
+    fn temperature_counts_at_the_threshold_and_near_slowdown() {
+        let limits = Thresholds::default();
+        let at = GpuReadings { temperature_celsius: Some(90), ..GpuReadings::default() };
+        assert_eq!(kinds(at, &limits), vec![SignalKind::Temperature]);
+        let below = GpuReadings { temperature_celsius: Some(89), ..GpuReadings::default() };
+        assert!(kinds(below, &limits).is_empty());
+        let near = GpuReadings {
+            temperature_celsius: Some(82),
+            temperature_slowdown_celsius: Some(87),
+            ..GpuReadings::default()
+        };
+        let o = observe(&snapshot(ok_gpu(near)), &limits);
+        assert_eq!(o.gpus[0].signals[0].kind, SignalKind::Temperature);
+        assert!(o.gpus[0].signals[0].detail.contains("slowdown threshold 87"), "{:?}", o.gpus[0].signals);
+    }
+
+    #[test]
+    fn memory_signals() {
+        let limits = Thresholds::default();
+        let r = GpuReadings {
+            ecc: Some(EccCounts { corrected_volatile: 10, uncorrected_volatile: 1, ..EccCounts::default() }),
+            remapped_rows: Some(RemappedRows { pending: true, failed: true, ..RemappedRows::default() }),
+            retired_pages: Some(RetiredPages { single_bit_ecc: 50, double_bit_ecc: 10, pending: true }),
+            ..GpuReadings::default()
+        };
+        assert_eq!(
+            kinds(r, &limits),
+            vec![
+                SignalKind::EccUncorrected,
+                SignalKind::EccCorrected,
+                SignalKind::RowRemapFailed,
+                SignalKind::RowRemapPending,
+                SignalKind::RetiredPagesLimit,
+                SignalKind::RetiredPagesPending,
+            ]
+        );
+        let off = Thresholds { corrected_ecc: 0, ..limits };
+        let r = GpuReadings {
+            ecc: Some(EccCounts { corrected_volatile: 1000, ..EccCounts::default() }),
+            ..GpuReadings::default()
+        };
+        assert!(kinds(r, &off).is_empty(), "threshold 0 turns the corrected-ECC signal off");
+    }
+
+    #[test]
+    fn clocks_and_recovery_action() {
+        let r = GpuReadings {
+            clock_events: Some(ClockEvents {
+                supported: 0x1ff,
+                active: HW_THERMAL_SLOWDOWN | HW_POWER_BRAKE_SLOWDOWN | 0x8,
+            }),
+            recovery_action: Some(RecoveryAction::NodeReboot),
+            ..GpuReadings::default()
+        };
+        assert_eq!(
+            kinds(r, &Thresholds::default()),
+            vec![SignalKind::RecoveryReboot, SignalKind::ThermalSlowdown, SignalKind::PowerBrakeSlowdown]
+        );
+        let drain = GpuReadings { recovery_action: Some(RecoveryAction::DrainP2p), ..GpuReadings::default() };
+        assert!(kinds(drain, &Thresholds::default()).is_empty(), "drain P2P asks for neither reset nor reboot");
+    }
+
+    #[test]
+    fn states_become_signals_and_xids_are_counted() {
+        let now = SystemTime::now();
+        let mut lost = GpuSnapshot { state: GpuState::Lost { since: now }, ..GpuSnapshot::default() };
+        lost.xids.insert(79, XidRecord { count: 2, last_seen: now });
+        let o = observe(&snapshot(lost), &Thresholds::default());
+        assert_eq!(o.gpus[0].availability, Availability::Gone);
+        assert_eq!(o.gpus[0].signals[0].kind, SignalKind::GpuLost);
+        assert_eq!(o.gpus[0].xid_counts[&79], 2);
+        let hung = GpuSnapshot {
+            state: GpuState::Stale { call: "nvmlDeviceGetPowerUsage", since: now },
+            ..GpuSnapshot::default()
+        };
+        let o = observe(&snapshot(hung), &Thresholds::default());
+        assert_eq!(o.gpus[0].signals[0].kind, SignalKind::NvmlHung);
+        assert_eq!(o.gpus[0].availability, Availability::Hung);
+    }
+
+    #[test]
+    fn news_is_a_new_xid_or_a_newly_lost_gpu() {
+        let now = SystemTime::now();
+        let limits = Thresholds::default();
+        let base = observe(&snapshot(ok_gpu(GpuReadings::default())), &limits);
+        let mut with_xid = ok_gpu(GpuReadings::default());
+        with_xid.xids.insert(13, XidRecord { count: 1, last_seen: now });
+        let xid = observe(&snapshot(with_xid), &limits);
+        assert!(xid.has_news_since(&base, |_| true));
+        assert!(!xid.has_news_since(&base, |code| code != 13), "an XID that is only recorded is no news");
+        assert!(!xid.has_news_since(&xid, |_| true));
+        let lost =
+            observe(&snapshot(GpuSnapshot { state: GpuState::Lost { since: now }, ..GpuSnapshot::default() }), &limits);
+        assert!(lost.has_news_since(&base, |_| true));
+        assert!(!lost.has_news_since(&lost, |_| true));
+    }
+
+    #[test]
+    fn nvml_down_is_unobservable_unless_the_driver_is_at_fault() {
+        let limits = Thresholds::default();
+        let missing = Snapshot {
+            nvml: NvmlStatus::Down { error: NvmlDownReason::LibraryNotLoaded, message: "no file".into() },
+            ..Snapshot::default()
+        };
+        assert!(!observe(&missing, &limits).observable);
+        let hung = Snapshot {
+            nvml: NvmlStatus::Down { error: NvmlDownReason::InitHung, message: "nvmlInit hung".into() },
+            ..Snapshot::default()
+        };
+        let o = observe(&hung, &limits);
+        assert!(o.observable);
+        assert!(o.nvml_failed.unwrap().contains("init_hung"));
+        assert!(!observe(&Snapshot::default(), &limits).observable, "starting");
+    }
+}

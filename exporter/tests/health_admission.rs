@@ -1,0 +1,282 @@
+//! Evaluates the ValidatingAdmissionPolicy in `deploy/health/admission-policy.yaml`
+//! (its variables, match condition and validations, in CEL) on the requests the health
+//! loop really makes (patches planned by `plan.rs`, applied as the API server would)
+//! and on requests it must not be able to make.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod health_support;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::SystemTime;
+
+use cel_interpreter::{Context, Program, Value as Cel};
+use gpu_exporter::health::config::Names;
+use gpu_exporter::health::node_state::NodeView;
+use gpu_exporter::health::plan::{Mode, Permit, plan};
+use gpu_exporter::health::policy::{Health, Needs, Reason, Verdict};
+use health_support::{apply_node_patch, gpu_node};
+use k8s_openapi::api::core::v1::Node;
+use serde_json::{Value, json};
+
+const EXPORTER: &str = "system:serviceaccount:gpu-telemetry:gpu-exporter";
+
+struct Policy {
+    match_condition: String,
+    variables: Vec<(String, String)>,
+    validations: Vec<(String, String)>,
+}
+
+fn policy() -> Policy {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let text = std::fs::read_to_string(root.join("deploy/health/admission-policy.yaml")).unwrap();
+    let doc: Value = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .find(|d: &Value| d["kind"] == "ValidatingAdmissionPolicy")
+        .unwrap();
+    let spec = &doc["spec"];
+    let pairs = |list: &Value, a: &str, b: &str| -> Vec<(String, String)> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|v| (v[a].as_str().unwrap().to_string(), v[b].as_str().unwrap_or("").to_string()))
+            .collect()
+    };
+    Policy {
+        match_condition: spec["matchConditions"][0]["expression"].as_str().unwrap().to_string(),
+        variables: pairs(&spec["variables"], "name", "expression"),
+        validations: spec["validations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                let message = v["message"].as_str().or(v["messageExpression"].as_str()).unwrap_or("");
+                (v["expression"].as_str().unwrap().to_string(), message.to_string())
+            })
+            .collect(),
+    }
+}
+
+/// An admission request.
+struct Req {
+    user: String,
+    bound_node: Option<String>,
+    resource: &'static str,
+    sub_resource: &'static str,
+    operation: &'static str,
+    object: Value,
+    old_object: Value,
+}
+
+fn req(resource: &'static str, sub: &'static str, op: &'static str, old: Value, new: Value) -> Req {
+    Req {
+        user: EXPORTER.into(),
+        bound_node: Some("gpu-01".into()),
+        resource,
+        sub_resource: sub,
+        operation: op,
+        object: new,
+        old_object: old,
+    }
+}
+
+/// `None` when admitted, else the message of the first validation that failed.
+fn admit(p: &Policy, r: &Req) -> Option<String> {
+    let mut extra = serde_json::Map::new();
+    if let Some(n) = &r.bound_node {
+        extra.insert("authentication.kubernetes.io/node-name".into(), json!([n]));
+    }
+    let request = json!({
+        "userInfo": {"username": r.user, "extra": extra},
+        "resource": {"group": "", "version": "v1", "resource": r.resource},
+        "subResource": r.sub_resource,
+        "operation": r.operation,
+    });
+    let mut ctx = Context::default();
+    ctx.add_variable("request", request).unwrap();
+    ctx.add_variable("object", r.object.clone()).unwrap();
+    ctx.add_variable("oldObject", r.old_object.clone()).unwrap();
+    let matched = Program::compile(&p.match_condition).unwrap().execute(&ctx).unwrap();
+    if matched != Cel::Bool(true) {
+        return None;
+    }
+    let mut variables: HashMap<String, Cel> = HashMap::new();
+    for (name, expr) in &p.variables {
+        ctx.add_variable_from_value("variables", variables.clone());
+        let value = Program::compile(expr)
+            .unwrap_or_else(|e| panic!("variable {name}: {e}"))
+            .execute(&ctx)
+            .unwrap_or_else(|e| panic!("variable {name}: {e:?}"));
+        variables.insert(name.clone(), value);
+    }
+    ctx.add_variable_from_value("variables", variables);
+    for (expr, message) in &p.validations {
+        let out = Program::compile(expr)
+            .unwrap_or_else(|e| panic!("{expr}: {e}"))
+            .execute(&ctx)
+            .unwrap_or_else(|e| panic!("{expr}: {e:?}"));
+        if out != Cel::Bool(true) {
+            return Some(message.clone());
+        }
+    }
+    None
+}
+
+fn names() -> Names {
+    Names::new("gpu-telemetry.io")
+}
+
+fn sick() -> Verdict {
+    Verdict {
+        health: Health::Unhealthy,
+        since: Some(SystemTime::now()),
+        reasons: vec![Reason {
+            gpu: Some(0),
+            uuid: "GPU-a".into(),
+            code: "Xid79".into(),
+            detail: "XID 79".into(),
+            needs: Needs::Reset,
+        }],
+        latches: vec![],
+        pending: vec![],
+        notes: vec![],
+        changed: true,
+    }
+}
+
+fn well() -> Verdict {
+    Verdict { health: Health::Healthy, since: None, reasons: vec![], ..sick() }
+}
+
+fn view(node: &Value) -> NodeView {
+    let typed: Node = serde_json::from_value(node.clone()).unwrap();
+    NodeView::from_node(&typed, &names())
+}
+
+fn patched(node: &Value, patch: &Value, status: bool) -> Value {
+    let mut new = node.clone();
+    let mut patch = patch.clone();
+    if let Some(m) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
+    apply_node_patch(&mut new, &patch, false, !status, "gpu-exporter-health");
+    new
+}
+
+#[test]
+fn the_loops_own_writes_are_admitted() {
+    let p = policy();
+    let old = gpu_node("gpu-01");
+    let now = SystemTime::now();
+    // Quarantine: cordon, taint, annotation; then the condition.
+    let q = plan(&view(&old), &sick(), Mode::Enforce, &Permit::Granted, &names(), now);
+    let cordoned = patched(&old, q.node_patch.as_ref().unwrap(), false);
+    assert_eq!(admit(&p, &req("nodes", "", "UPDATE", old.clone(), cordoned.clone())), None);
+    let with_condition = patched(&cordoned, q.status_patch.as_ref().unwrap(), true);
+    assert_eq!(admit(&p, &req("nodes", "status", "UPDATE", cordoned.clone(), with_condition.clone())), None);
+    // Recovery.
+    let r = plan(&view(&with_condition), &well(), Mode::Enforce, &Permit::NotAsked, &names(), now);
+    let lifted = patched(&with_condition, r.node_patch.as_ref().unwrap(), false);
+    assert_eq!(admit(&p, &req("nodes", "", "UPDATE", with_condition.clone(), lifted.clone())), None);
+    assert_eq!(lifted["spec"]["taints"], old["spec"]["taints"]);
+    // Dry run.
+    let d = plan(&view(&old), &sick(), Mode::DryRun, &Permit::NotAsked, &names(), now);
+    let recorded = patched(&old, d.node_patch.as_ref().unwrap(), false);
+    assert_eq!(admit(&p, &req("nodes", "", "UPDATE", old.clone(), recorded)), None);
+    // An Event about its node, and its breaker place.
+    let event = json!({"metadata": {"name": "e", "namespace": "default"}, "involvedObject": {"kind": "Node", "name": "gpu-01"}});
+    assert_eq!(admit(&p, &req("events", "", "CREATE", Value::Null, event)), None);
+    let empty = json!({"metadata": {"name": "gpu-health-breaker"}, "data": {}});
+    assert_eq!(admit(&p, &req("configmaps", "", "CREATE", Value::Null, empty.clone())), None);
+    let mine = json!({"metadata": {"name": "gpu-health-breaker"}, "data": {"gpu-02": "t2", "gpu-01": "t1"}});
+    let theirs = json!({"metadata": {"name": "gpu-health-breaker"}, "data": {"gpu-02": "t2", "gpu-09": "t9"}});
+    assert_eq!(
+        admit(&p, &req("configmaps", "", "UPDATE", theirs.clone(), mine.clone())),
+        None,
+        "take a place, drop a stale one"
+    );
+    assert_eq!(
+        admit(
+            &p,
+            &req(
+                "configmaps",
+                "",
+                "UPDATE",
+                mine,
+                json!({"metadata": {"name": "gpu-health-breaker"}, "data": {"gpu-02": "t2"}})
+            )
+        ),
+        None
+    );
+}
+
+#[test]
+fn everything_else_is_refused() {
+    let p = policy();
+    let old = gpu_node("gpu-01");
+    let denied = |r: Req, why: &str| {
+        let out = admit(&p, &r);
+        assert!(out.as_deref().is_some_and(|m| m.contains(why)), "expected refusal with {why:?}, got {out:?}");
+    };
+    // Another node.
+    let other = gpu_node("gpu-02");
+    let mut cordoned = other.clone();
+    cordoned["spec"]["unschedulable"] = json!(true);
+    denied(req("nodes", "", "UPDATE", other, cordoned), "only its own node");
+    // A token not bound to a node.
+    let mut r = req("nodes", "", "UPDATE", old.clone(), old.clone());
+    r.bound_node = None;
+    denied(r, "names no node");
+    // Labels, other annotations, the operator's reset annotation, other taints, other spec.
+    let mut labelled = old.clone();
+    labelled["metadata"]["labels"]["gpu-telemetry.io/gpu-health-opt-out"] = json!("false");
+    denied(req("nodes", "", "UPDATE", old.clone(), labelled), "own annotations");
+    let mut reset = old.clone();
+    reset["metadata"]["annotations"]["gpu-telemetry.io/gpu-health-reset"] = json!("2024-05-01T12:00:00Z");
+    denied(req("nodes", "", "UPDATE", old.clone(), reset), "own annotations");
+    let mut untainted = old.clone();
+    untainted["spec"]["taints"] = json!([]);
+    denied(req("nodes", "", "UPDATE", old.clone(), untainted), "spec.unschedulable and its own taint");
+    let mut moved = old.clone();
+    moved["spec"]["podCIDR"] = json!("10.9.9.0/24");
+    denied(req("nodes", "", "UPDATE", old.clone(), moved), "spec.unschedulable and its own taint");
+    // Status: only GPUHealthy.
+    let mut not_ready = old.clone();
+    not_ready["status"]["conditions"][1]["status"] = json!("False");
+    denied(req("nodes", "status", "UPDATE", old.clone(), not_ready), "only the GPUHealthy condition");
+    let mut capacity = old.clone();
+    capacity["status"]["capacity"] = json!({"nvidia.com/gpu": "0"});
+    denied(req("nodes", "status", "UPDATE", old.clone(), capacity), "only the GPUHealthy condition");
+    // Events about others; other ConfigMaps; others' places.
+    let event = json!({"metadata": {"name": "e"}, "involvedObject": {"kind": "Node", "name": "gpu-02"}});
+    denied(req("events", "", "CREATE", Value::Null, event), "own node");
+    let pod_event = json!({"metadata": {"name": "e"}, "involvedObject": {"kind": "Pod", "name": "gpu-01"}});
+    denied(req("events", "", "CREATE", Value::Null, pod_event), "own node");
+    denied(
+        req("configmaps", "", "CREATE", Value::Null, json!({"metadata": {"name": "kube-proxy"}, "data": {}})),
+        "own node's place",
+    );
+    denied(
+        req(
+            "configmaps",
+            "",
+            "UPDATE",
+            json!({"metadata": {"name": "gpu-health-breaker"}, "data": {}}),
+            json!({"metadata": {"name": "gpu-health-breaker"}, "data": {"gpu-02": "t"}}),
+        ),
+        "own node's place",
+    );
+}
+
+#[test]
+fn other_users_are_not_this_policys_business() {
+    let p = policy();
+    let old = gpu_node("gpu-02");
+    let mut cordoned = old.clone();
+    cordoned["spec"]["unschedulable"] = json!(true);
+    let mut r = req("nodes", "", "UPDATE", old, cordoned);
+    r.user = "admin".into();
+    r.bound_node = None;
+    assert_eq!(admit(&p, &r), None);
+}

@@ -1,0 +1,82 @@
+//! `docs/health.md` and `deploy/health/` say what the code does: the XID table, the
+//! metric families, the flags, and the names the admission policy and RBAC allow.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use clap::CommandFactory as _;
+use gpu_exporter::config::Args;
+use gpu_exporter::health::config::{BreakerSettings, Names};
+use gpu_exporter::health::metrics;
+use gpu_exporter::health::xid::DEFAULT_TABLE;
+use gpu_exporter::render::encode::Kind;
+
+fn read(path: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    std::fs::read_to_string(root.join(path)).unwrap()
+}
+
+#[test]
+fn the_xid_table_is_documented_as_shipped() {
+    let doc = read("docs/health.md");
+    for (code, class, meaning) in DEFAULT_TABLE {
+        let row = format!("| {code} | {class} | {meaning} |");
+        assert!(doc.contains(&row), "docs/health.md lacks the row {row}");
+    }
+}
+
+#[test]
+fn every_health_family_is_documented() {
+    let doc = read("docs/health.md");
+    for family in metrics::ALL {
+        let name = match family.kind {
+            Kind::Gauge => family.name.to_string(),
+            Kind::Counter => format!("{}_total", family.name),
+            Kind::Info => format!("{}_info", family.name),
+        };
+        assert!(doc.contains(&format!("| `{name}` |")), "docs/health.md lacks {name}");
+    }
+}
+
+#[test]
+fn every_health_flag_is_documented_with_its_variable() {
+    let doc = read("docs/health.md");
+    let command = Args::command();
+    let flags: Vec<_> =
+        command.get_arguments().filter(|a| a.get_long().is_some_and(|l| l.starts_with("health."))).collect();
+    assert!(flags.len() > 15);
+    for arg in flags {
+        let long = arg.get_long().unwrap();
+        let env = arg.get_env().unwrap().to_str().unwrap();
+        let row = format!("| `--{long}` | `{env}` |");
+        assert!(doc.contains(&row), "docs/health.md lacks the row {row}");
+    }
+}
+
+#[test]
+fn the_deploy_files_allow_exactly_the_names_the_loop_writes() {
+    let names = Names::new("gpu-telemetry.io");
+    let policy = read("deploy/health/admission-policy.yaml");
+    for name in [&names.taint_key, &names.state_annotation, &names.dry_run_annotation, &names.condition_type] {
+        assert!(policy.contains(&format!("'{name}'")), "the admission policy does not name {name}");
+    }
+    assert!(
+        !policy.contains(&format!("'{}'", names.reset_annotation)),
+        "the operator's reset annotation is theirs, not the exporter's"
+    );
+    let breaker = BreakerSettings {
+        max_fraction: 0.1,
+        max_nodes: None,
+        node_selector: String::new(),
+        config_map: "gpu-health-breaker".into(),
+        grace: std::time::Duration::from_secs(300),
+    };
+    let rbac = read("deploy/health/rbac.yaml");
+    assert!(policy.contains(&format!("'{}'", breaker.config_map)));
+    assert!(rbac.contains(&format!("[\"{}\"]", breaker.config_map)));
+    let args = <Args as clap::Parser>::try_parse_from(["gpu-exporter"]).unwrap();
+    assert_eq!(args.health.breaker_config_map, breaker.config_map);
+    assert_eq!(args.health.domain, names.domain);
+    assert!(policy.contains("authentication.kubernetes.io/node-name"));
+}
