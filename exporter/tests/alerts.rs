@@ -1,0 +1,104 @@
+//! The Prometheus rules under `alerts/`: valid for promtool, unit tests passing, a
+//! runbook section for every alert, and only metric names the exporter serves.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+use serde::Deserialize;
+
+fn alerts_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../alerts")
+}
+
+fn promtool(args: &[&str]) {
+    let out = Command::new("promtool").args(args).current_dir(alerts_dir()).output().expect("promtool is installed");
+    assert!(
+        out.status.success(),
+        "promtool {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[derive(Deserialize)]
+struct Rules {
+    groups: Vec<Group>,
+}
+
+#[derive(Deserialize)]
+struct Group {
+    rules: Vec<Rule>,
+}
+
+#[derive(Deserialize)]
+struct Rule {
+    alert: Option<String>,
+    record: Option<String>,
+    expr: String,
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, String>,
+}
+
+fn rules() -> Vec<Rule> {
+    let text = std::fs::read_to_string(alerts_dir().join("gpu-rules.yaml")).unwrap();
+    let rules: Rules = serde_yaml_ng::from_str(&text).unwrap();
+    rules.groups.into_iter().flat_map(|g| g.rules).collect()
+}
+
+#[test]
+fn promtool_checks_the_rules_and_runs_their_unit_tests() {
+    promtool(&["check", "rules", "gpu-rules.yaml"]);
+    promtool(&["test", "rules", "tests/gpu-rules.test.yaml"]);
+}
+
+#[test]
+fn every_alert_has_a_runbook_section() {
+    let runbook = std::fs::read_to_string(alerts_dir().join("runbook.md")).unwrap();
+    for rule in rules() {
+        let Some(alert) = rule.alert else { continue };
+        let url = rule.annotations.get("runbook_url").unwrap_or_else(|| panic!("{alert} has no runbook_url"));
+        assert!(url.ends_with(&format!("alerts/runbook.md#{}", alert.to_lowercase())), "{alert}: {url}");
+        assert!(runbook.contains(&format!("\n## {alert}\n")), "runbook.md has no section for {alert}");
+    }
+}
+
+#[test]
+fn every_alert_has_a_unit_test() {
+    let tests = std::fs::read_to_string(alerts_dir().join("tests/gpu-rules.test.yaml")).unwrap();
+    for alert in rules().into_iter().filter_map(|r| r.alert) {
+        assert!(tests.contains(&format!("alertname: {alert}\n")), "no unit test for {alert}");
+    }
+}
+
+#[test]
+fn rules_use_only_metrics_the_exporter_serves() {
+    let mut known: Vec<String> = gpu_exporter::render::families::ALL.iter().map(|f| f.sample_name()).collect();
+    known.extend(gpu_exporter::health::metrics::ALL.iter().map(|f| f.sample_name()));
+    let recorded: Vec<String> = rules().into_iter().filter_map(|r| r.record).collect();
+    for rule in rules() {
+        for word in rule.expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')) {
+            if word.starts_with("gpu_") {
+                assert!(
+                    known.contains(&word.to_string()) || recorded.contains(&word.to_string()),
+                    "unknown metric {word} in {}",
+                    rule.expr
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_hardware_xid_alert_matches_the_health_loops_table() {
+    use gpu_exporter::health::xid::{DEFAULT_TABLE, XidClass};
+    let mut actionable: Vec<String> = DEFAULT_TABLE
+        .iter()
+        .filter(|(_, class, _)| *class != XidClass::Event)
+        .map(|(code, ..)| code.to_string())
+        .collect();
+    actionable.sort_by_key(|c| c.parse::<u64>().unwrap_or(0));
+    let expected = format!("xid=~\"{}\"", actionable.join("|"));
+    let alert = rules().into_iter().find(|r| r.alert.as_deref() == Some("GPUHardwareXid")).unwrap();
+    assert!(alert.expr.contains(&expected), "GPUHardwareXid should use {expected}: {}", alert.expr);
+}
