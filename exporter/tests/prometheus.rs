@@ -6,70 +6,10 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{Launch, http_get, wait_for, write_scenario};
-
-struct Prometheus {
-    child: Child,
-    address: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn start_prometheus(target: &str) -> Prometheus {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global: {{scrape_interval: 1s, scrape_timeout: 900ms}}\n\
-             scrape_configs:\n  - job_name: gpu\n    static_configs: [{{targets: ['{target}']}}]\n"
-        ),
-    )
-    .unwrap();
-    let address = format!("127.0.0.1:{}", free_port());
-    let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-        .arg(format!("--web.listen-address={address}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus is installed (Debian package `prometheus`; .ci/run installs it)");
-    Prometheus { child, address, _dir: dir }
-}
-
-/// Runs an instant query and returns (labels JSON, value) of each result.
-fn query(prometheus: &Prometheus, promql: &str) -> Vec<(serde_json::Value, f64)> {
-    let encoded: String = promql
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"_-.".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }
-        })
-        .collect();
-    let response = http_get(&prometheus.address, &format!("/api/v1/query?query={encoded}"), &[]);
-    assert_eq!(response.status, 200, "{}", response.body);
-    let json: serde_json::Value = serde_json::from_str(&response.body).unwrap();
-    json["data"]["result"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| (r["metric"].clone(), r["value"][1].as_str().unwrap().parse().unwrap()))
-        .collect()
-}
+use common::prometheus::{query, start_prometheus};
+use common::{Launch, wait_for, write_scenario};
 
 #[test]
 fn prometheus_scrapes_the_seed_metrics_with_the_scenario_values() {
@@ -94,7 +34,7 @@ fn prometheus_scrapes_the_seed_metrics_with_the_scenario_values() {
         ])
         .start();
     exporter.wait_ready();
-    let prometheus = start_prometheus(&exporter.address);
+    let prometheus = start_prometheus(Some(&exporter.address));
     wait_for(Duration::from_secs(60), || {
         common::try_http_get(&prometheus.address, "/-/ready", &[]).is_ok_and(|r| r.status == 200)
             && query(&prometheus, "up{job=\"gpu\"}").first().is_some_and(|(_, v)| *v == 1.0)

@@ -1,0 +1,61 @@
+//! The Grafana dashboards under `dashboards/`: well-formed, every panel on the
+//! dashboard's data-source variable, and every query accepted by a real Prometheus
+//! (template variables replaced as Grafana would).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::prometheus::{query_raw, start_prometheus, wait_ready};
+
+fn dashboards() -> Vec<(String, serde_json::Value)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../dashboards");
+    let mut out: Vec<(String, serde_json::Value)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .map(|p| (p.display().to_string(), serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()))
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(!out.is_empty());
+    out
+}
+
+fn queries(dashboard: &serde_json::Value) -> Vec<String> {
+    dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| t["expr"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn panels_are_well_formed() {
+    for (file, dashboard) in dashboards() {
+        assert!(dashboard["uid"].as_str().is_some_and(|u| !u.is_empty()), "{file}: uid");
+        let mut ids = std::collections::BTreeSet::new();
+        for panel in dashboard["panels"].as_array().unwrap() {
+            assert!(ids.insert(panel["id"].as_u64().unwrap()), "{file}: duplicate panel id {}", panel["id"]);
+            if panel["type"] == "row" {
+                continue;
+            }
+            assert_eq!(panel["datasource"]["uid"], "${datasource}", "{file}: {}", panel["title"]);
+            assert!(!panel["targets"].as_array().unwrap().is_empty(), "{file}: {} has no query", panel["title"]);
+        }
+    }
+}
+
+#[test]
+fn every_query_is_valid_promql() {
+    let prometheus = start_prometheus(None);
+    wait_ready(&prometheus);
+    for (file, dashboard) in dashboards() {
+        for expr in queries(&dashboard) {
+            let concrete = expr.replace("$cluster", ".*").replace("$node", ".*").replace("$__rate_interval", "1m");
+            let (status, body) = query_raw(&prometheus, &concrete);
+            assert_eq!(status, 200, "{file}: {expr}: {body}");
+        }
+    }
+}
