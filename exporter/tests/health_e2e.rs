@@ -7,57 +7,26 @@
 mod common;
 mod health_support;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{sample, wait_for, write_scenario};
+use common::{Exporter, sample, wait_for, write_scenario};
 use health_support::{Expect, FakeApi, gpu_node};
 use serde_json::{Value, json};
 
 const TAINT: &str = "gpu-telemetry.io/gpu-unhealthy";
 const CLAIM: &str = "gpu-telemetry.io/gpu-health";
 
-struct Exporter {
-    child: Child,
-    address: String,
-    logs: Arc<Mutex<String>>,
+fn scheduled_checks(e: &Exporter) -> f64 {
+    e.value("gpu_health_checks_total", &[("kind", "scheduled")]).unwrap_or(0.0)
 }
 
-impl Exporter {
-    fn metrics(&self) -> String {
-        let r = common::http_get(&self.address, "/metrics", &[]);
-        assert_eq!(r.status, 200, "{}", r.body);
-        r.body
-    }
-
-    fn logs(&self) -> String {
-        self.logs.lock().unwrap().clone()
-    }
-
-    fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        sample(&self.metrics(), name, labels)
-    }
-
-    fn scheduled_checks(&self) -> f64 {
-        self.value("gpu_health_checks_total", &[("kind", "scheduled")]).unwrap_or(0.0)
-    }
-
-    /// Waits for `n` more scheduled checks.
-    fn wait_checks(&self, n: f64) {
-        let start = self.scheduled_checks();
-        wait_for(Duration::from_secs(20), || self.scheduled_checks() >= start + n)
-            .unwrap_or_else(|| panic!("fewer than {n} more checks; logs:\n{}", self.logs()));
-    }
-}
-
-impl Drop for Exporter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Waits for `n` more scheduled checks.
+fn wait_checks(e: &Exporter, n: f64) {
+    let start = scheduled_checks(e);
+    wait_for(Duration::from_secs(20), || scheduled_checks(e) >= start + n)
+        .unwrap_or_else(|| panic!("fewer than {n} more checks; logs:\n{}", e.logs()));
 }
 
 struct Node {
@@ -95,30 +64,8 @@ fn launch(name: &str, node: &Node, kubeconfig: &Path, extra: &[&str]) -> Exporte
         .env_remove("POD_NAMESPACE")
         .env("KUBECONFIG", kubeconfig)
         .env("FAKE_NVML_SCENARIO", &node.scenario)
-        .env("FAKE_NVML_CLOCK_FILE", &node.clock)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let logs = Arc::new(Mutex::new(String::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let sink = logs.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if let Some(rest) = line.split("\"address\":\"").nth(1) {
-                let _ = tx.send(rest.split('"').next().unwrap_or_default().to_string());
-            }
-            let mut logs = sink.lock().unwrap();
-            logs.push_str(&line);
-            logs.push('\n');
-        }
-    });
-    let address = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
-        let _ = child.kill();
-        panic!("exporter did not start; logs:\n{}", logs.lock().unwrap());
-    });
-    let e = Exporter { child, address, logs };
+        .env("FAKE_NVML_CLOCK_FILE", &node.clock);
+    let e = common::spawn(command);
     wait_for(Duration::from_secs(20), || e.value("gpu_health_checks_total", &[("kind", "scheduled")]).is_some())
         .unwrap_or_else(|| panic!("no health check ran; logs:\n{}", e.logs()));
     e
@@ -207,7 +154,7 @@ fn a_temperature_flapping_around_the_threshold_never_cordons() {
     // Hot, hot, cool, ...: never three hot checks in a row.
     for i in 0..9 {
         node.set_clock(if i % 3 == 2 { 50.0 } else { 150.0 });
-        e.wait_checks(1.0);
+        wait_checks(&e, 1.0);
         let m = e.metrics();
         pending_seen |=
             sample(&m, "gpu_health_gpu_signal", &[("signal", "Temperature"), ("state", "pending")]) == Some(1.0);
@@ -243,7 +190,7 @@ fn an_admin_cordoned_node_is_never_uncordoned() {
     // The GPU is off the bus until it is reset; once it answers again the loop
     // lifts its taint and only that.
     wait_for(Duration::from_secs(10), || e.value("gpu_lost", &[("gpu", "0")]) == Some(1.0)).unwrap();
-    e.wait_checks(1.0);
+    wait_checks(&e, 1.0);
     node.set_clock(21.0);
     wait_for(Duration::from_secs(15), || !has_our_taint(&api.node("test-node")))
         .unwrap_or_else(|| panic!("not released; logs:\n{}", e.logs()));
@@ -313,13 +260,13 @@ fn an_exporter_restart_in_mid_quarantine_changes_nothing() {
         claim(&api.node("test-node")).is_some_and(|c| c.to_string().contains("GpuLost"))
     })
     .unwrap_or_else(|| panic!("not quarantined; logs:\n{}", first.logs()));
-    first.wait_checks(2.0);
+    wait_checks(&first, 2.0);
     drop(first);
 
     let writes = api.writes().len();
     let before = api.node("test-node");
     let second = launch("test-node", &node, &config, &[]);
-    second.wait_checks(3.0);
+    wait_checks(&second, 3.0);
     let after = api.node("test-node");
     let new: Vec<String> = api.writes()[writes..].iter().map(|w| w.describe()).collect();
     assert!(new.is_empty(), "writes after the restart: {new:?}");
@@ -348,7 +295,7 @@ fn dry_run_changes_nothing_but_its_record() {
     let e = launch("test-node", &node, &kubeconfig(&api, &dir), &["--health.dry-run", "true"]);
     node.set_clock(11.0);
     api.finish(Duration::from_secs(10));
-    e.wait_checks(2.0);
+    wait_checks(&e, 2.0);
     api.finish(Duration::from_secs(1));
     let after = api.node("test-node");
     assert_eq!(after["spec"], before["spec"], "no cordon, no taint");

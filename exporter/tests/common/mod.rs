@@ -94,37 +94,42 @@ impl Launch {
             .env_remove("NODE_NAME")
             // Never reach a real cluster from a test; tests that want an API server set their own.
             .env("KUBECONFIG", "/nonexistent/kubeconfig")
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .env_remove("KUBERNETES_SERVICE_HOST");
         for (k, v) in &self.env {
             command.env(k, v);
         }
-        let mut child = command.spawn().expect("exporter starts");
-        let stderr = child.stderr.take().unwrap();
-        let logs = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink = logs.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(rest) = line.split("\"address\":\"").nth(1) {
-                    let _ = tx.send(rest.split('"').next().unwrap_or_default().to_string());
-                }
-                let mut logs = sink.lock().unwrap();
-                logs.push_str(&line);
-                logs.push('\n');
-            }
-        });
-        let address = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(a) => a,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("exporter did not start listening; logs:\n{}", logs.lock().unwrap());
-            }
-        };
-        Exporter { child, address, logs }
+        spawn(command)
     }
+}
+
+/// Starts an exporter command (with `--log.format json` and a listen address among its
+/// arguments) and waits until it listens; its stderr is kept for assertions.
+pub fn spawn(mut command: Command) -> Exporter {
+    command.stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = command.spawn().expect("exporter starts");
+    let stderr = child.stderr.take().unwrap();
+    let logs = Arc::new(Mutex::new(String::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sink = logs.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(rest) = line.split("\"address\":\"").nth(1) {
+                let _ = tx.send(rest.split('"').next().unwrap_or_default().to_string());
+            }
+            let mut logs = sink.lock().unwrap();
+            logs.push_str(&line);
+            logs.push('\n');
+        }
+    });
+    let address = match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(a) => a,
+        Err(_) => {
+            let _ = child.kill();
+            panic!("exporter did not start listening; logs:\n{}", logs.lock().unwrap());
+        }
+    };
+    Exporter { child, address, logs }
 }
 
 impl Exporter {
@@ -134,6 +139,11 @@ impl Exporter {
 
     pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
         http_get(&self.address, path, headers)
+    }
+
+    /// The first sample of `name` with all of `labels`, from a fresh scrape.
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        sample(&self.metrics(), name, labels)
     }
 
     /// The text exposition, after checking the status.

@@ -293,6 +293,24 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
     device_call("nvmlDeviceGetMaxClockInfo", device, |gpu, t| out!(clock, clock_of(gpu, type_, t, true)?))
 }
 
+/// Encoder or decoder utilization, on models that have the engine.
+fn codec_utilization(
+    call: &str,
+    device: nvmlDevice_t,
+    utilization: *mut c_uint,
+    sampling_period_us: *mut c_uint,
+    has_engine: fn(&crate::models::Model) -> bool,
+    reading: fn(&crate::node::SimGpu, f64) -> u32,
+) -> nvmlReturn_t {
+    device_call(call, device, |gpu, t| {
+        if !has_engine(gpu.spec.model) {
+            return Err(ret::NOT_SUPPORTED);
+        }
+        out!(sampling_period_us, CODEC_SAMPLING_PERIOD_US)?;
+        out!(utilization, reading(gpu, t))
+    })
+}
+
 /// # Safety
 /// Both pointers are null or valid for a write.
 #[unsafe(no_mangle)]
@@ -301,13 +319,8 @@ pub unsafe extern "C" fn nvmlDeviceGetEncoderUtilization(
     utilization: *mut c_uint,
     sampling_period_us: *mut c_uint,
 ) -> nvmlReturn_t {
-    device_call("nvmlDeviceGetEncoderUtilization", device, |gpu, t| {
-        if !gpu.spec.model.nvenc {
-            return Err(ret::NOT_SUPPORTED);
-        }
-        out!(sampling_period_us, CODEC_SAMPLING_PERIOD_US)?;
-        out!(utilization, gpu.encoder_utilization(t))
-    })
+    let call = "nvmlDeviceGetEncoderUtilization";
+    codec_utilization(call, device, utilization, sampling_period_us, |m| m.nvenc, |g, t| g.encoder_utilization(t))
 }
 
 /// # Safety
@@ -318,13 +331,8 @@ pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
     utilization: *mut c_uint,
     sampling_period_us: *mut c_uint,
 ) -> nvmlReturn_t {
-    device_call("nvmlDeviceGetDecoderUtilization", device, |gpu, t| {
-        if !gpu.spec.model.nvdec {
-            return Err(ret::NOT_SUPPORTED);
-        }
-        out!(sampling_period_us, CODEC_SAMPLING_PERIOD_US)?;
-        out!(utilization, gpu.decoder_utilization(t))
-    })
+    let call = "nvmlDeviceGetDecoderUtilization";
+    codec_utilization(call, device, utilization, sampling_period_us, |m| m.nvdec, |g, t| g.decoder_utilization(t))
 }
 
 /// KB/s over NVML's 20 ms window.
