@@ -19,6 +19,8 @@ pub enum ConfigError {
     ListenAddress(String),
     #[error("--nvml.call-timeout ({timeout:?}) must be shorter than --collect-interval ({interval:?})")]
     TimeoutNotBelowInterval { timeout: Duration, interval: Duration },
+    #[error(transparent)]
+    Attribution(#[from] crate::attribution::config::AttributionConfigError),
 }
 
 pub type Result<T, E = ConfigError> = std::result::Result<T, E>;
@@ -80,6 +82,9 @@ pub struct Args {
     /// How long in-flight scrapes may take to finish after SIGTERM.
     #[arg(long = "shutdown-timeout", env = "GPU_EXPORTER_SHUTDOWN_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
+
+    #[command(flatten)]
+    pub attribution: crate::attribution::config::AttributionArgs,
 }
 
 /// Labels the exporter sets itself; a constant label may not reuse them.
@@ -101,6 +106,7 @@ impl Args {
     pub fn validate(&self) -> Result<()> {
         self.extra_labels()?;
         self.socket_addresses()?;
+        self.attribution.validate()?;
         if self.call_timeout >= self.collect_interval {
             return Err(ConfigError::TimeoutNotBelowInterval {
                 timeout: self.call_timeout,

@@ -7,6 +7,7 @@
 
 pub mod encode;
 pub mod families;
+mod pods;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -28,13 +29,16 @@ pub struct RenderContext {
 /// Renders the whole exposition.
 pub fn render(snapshot: &Snapshot, ctx: &RenderContext, format: Format) -> String {
     let mut out = String::with_capacity(16 * 1024 + snapshot.gpus.len() * 8 * 1024);
-    let gpu_labels: Vec<String> = snapshot.gpus.iter().map(|g| gpu_label_list(g, ctx)).collect();
+    let base_labels: Vec<String> = snapshot.gpus.iter().map(|g| gpu_label_list(g, ctx)).collect();
+    // Pod attribution: a device held by one container carries its owner's labels.
+    let gpu_labels = pods::with_owner_labels(snapshot, &base_labels);
     let own = own_label_list(ctx);
     let mut enc = Encoder::new(&mut out, format);
     render_gpu_state(&mut enc, snapshot, &gpu_labels);
     render_readings(&mut enc, snapshot, &gpu_labels);
     render_xids(&mut enc, snapshot, &gpu_labels);
     render_self(&mut enc, snapshot, ctx, &own);
+    pods::render_pods(&mut enc, snapshot, &base_labels, &own);
     enc.finish();
     out
 }

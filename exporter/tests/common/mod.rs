@@ -90,6 +90,9 @@ impl Launch {
             .args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--node-name", "test-node"])
             .args(&self.args)
             .env_remove("NODE_NAME")
+            // A developer's kubeconfig must not reach a test; tests that want the pod
+            // watch set this (or --kubernetes.kubeconfig) themselves.
+            .env("GPU_EXPORTER_KUBERNETES_API", "off")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         for (k, v) in &self.env {
