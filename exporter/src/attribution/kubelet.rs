@@ -7,8 +7,8 @@
 //! gone meanwhile. Ended pods are removed by the join from the pod directory in any
 //! case, so keeping a list never revives a pod the API says is gone.
 //!
-//! State changes (up, or down for a new reason) are logged once each; the error counter
-//! and the last success time are exposed as metrics.
+//! State changes (down, up again) are logged once each, the first failure with its
+//! reason; the error counter (by reason) and the last success time are metrics.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
@@ -24,7 +24,7 @@ struct State {
     allocations: Arc<Vec<Allocation>>,
     fetched: Option<Instant>,
     health: PodResourcesHealth,
-    /// The reason of the current failure streak, for logging changes only.
+    /// The reason of the current failure streak; `None` while up.
     failing: Option<&'static str>,
     refreshes: u64,
 }
@@ -79,13 +79,15 @@ impl KubeletCache {
     pub fn record_failure(&self, error: &PodResourcesError) {
         let mut state = self.lock();
         let reason = error.reason();
-        if state.failing != Some(reason) {
+        if state.failing.is_none() {
             tracing::warn!(
                 reason,
                 %error,
                 "kubelet pod-resources unavailable; keeping the last list for {} refreshes, retrying",
                 GRACE_REFRESHES
             );
+        } else if state.failing != Some(reason) {
+            tracing::debug!(reason, %error, "kubelet pod-resources still unavailable, for another reason");
         }
         state.failing = Some(reason);
         state.health.up = false;
