@@ -171,7 +171,8 @@ fn no_api_configuration_degrades_and_says_so_once() {
     let text = wait_metrics(&node.exporter, "the owner of GPU 0", |t| owned(t, GPU0, "train"));
     assert!(!text.contains("gpu_exporter_pod_watch_up"));
     let logs = node.exporter.logs();
-    assert_eq!(logs.matches("no Kubernetes API").count(), 1, "{logs}");
+    assert_eq!(logs.matches("no Kubernetes API: exclusive devices").count(), 1, "{logs}");
+    assert!(!logs.contains("no source can name"), "every pod is named from the log tree from the first cycle: {logs}");
     assert!(logs.contains("/nonexistent/kubeconfig"), "the reason names the file: {logs}");
 }
 

@@ -104,14 +104,14 @@ impl AttributionArgs {
         Ok(())
     }
 
-    /// The compiled `--kubernetes.pod-labels`, if given and not empty.
+    /// The compiled `--kubernetes.pod-labels`, anchored so that it must match a whole
+    /// label name, if given and not empty.
     pub fn label_allowlist(&self) -> Result<Option<regex::Regex>> {
-        match self.pod_labels.as_deref().filter(|p| !p.is_empty()) {
-            None => Ok(None),
-            Some(pattern) => regex::Regex::new(pattern)
-                .map(Some)
-                .map_err(|e| AttributionConfigError::PodLabels { pattern: pattern.to_string(), reason: e.to_string() }),
-        }
+        let Some(pattern) = self.pod_labels.as_deref().filter(|p| !p.is_empty()) else { return Ok(None) };
+        let bad = |reason: String| AttributionConfigError::PodLabels { pattern: pattern.to_string(), reason };
+        // Checked alone first, so that an error points into the user's pattern.
+        regex::Regex::new(pattern).map_err(|e| bad(e.to_string()))?;
+        regex::Regex::new(&format!("^(?:{pattern})$")).map(Some).map_err(|e| bad(e.to_string()))
     }
 
     /// The socket, unless turned off.
@@ -151,6 +151,17 @@ mod tests {
         assert_eq!(a.api, ApiMode::Auto);
         assert!(a.validate().is_ok());
         assert!(a.label_allowlist().unwrap().is_none());
+    }
+
+    #[test]
+    fn the_label_allowlist_matches_whole_names() {
+        let allow =
+            parse(&["--kubernetes.pod-labels", "app|app\\.kubernetes\\.io/name"]).label_allowlist().unwrap().unwrap();
+        assert!(allow.is_match("app"));
+        assert!(allow.is_match("app.kubernetes.io/name"), "a later alternative matching the whole name counts");
+        assert!(!allow.is_match("application"));
+        assert!(!allow.is_match("my-app"));
+        assert!(parse(&["--kubernetes.pod-labels", ""]).label_allowlist().unwrap().is_none());
     }
 
     #[test]

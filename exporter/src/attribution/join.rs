@@ -317,13 +317,13 @@ fn pod_infos(result: &AttributionResult, sources: &Sources<'_>) -> Vec<PodInfo> 
         .collect()
 }
 
-/// Labels whose name the allowlist matches in full, as `label_<sanitised name>`; on a
+/// Labels whose name the allowlist matches (it is anchored by
+/// [`super::config::AttributionArgs::label_allowlist`]), as `label_<sanitised name>`; on a
 /// clash after sanitising, the first name in sort order wins.
 pub fn allowed_labels(labels: &BTreeMap<String, String>, allow: &Regex) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     for (name, value) in labels {
-        let full = allow.find(name).is_some_and(|m| m.start() == 0 && m.end() == name.len());
-        if !full {
+        if !allow.is_match(name) {
             continue;
         }
         let safe: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
@@ -602,7 +602,7 @@ mod tests {
     #[test]
     fn pod_info_carries_allow_listed_labels_only() {
         let dir = PodDirectory::new([meta("a", &[("c", "c1")], Some(PodPhase::Running))], true);
-        let allow = Regex::new("app|team\\.io/.*").unwrap();
+        let allow = Regex::new("^(?:app|team\\.io/.*|team\\.io_owner)$").unwrap();
         let r = join(
             &[gpu(0, 1, 0)],
             &Sources {
@@ -618,7 +618,9 @@ mod tests {
             r.pods[0].labels,
             [("label_app".to_string(), "a".to_string()), ("label_team_io_owner".to_string(), "ml".to_string())]
         );
-        let partial = Regex::new("ap").unwrap();
-        assert!(allowed_labels(&dir.by_uid("uid-a").unwrap().labels, &partial).is_empty(), "the match must be whole");
+        // Two names that sanitise alike: the first in sort order wins.
+        let labels: BTreeMap<String, String> =
+            [("team.io/owner".to_string(), "a".to_string()), ("team.io_owner".to_string(), "b".to_string())].into();
+        assert_eq!(allowed_labels(&labels, &allow), [("label_team_io_owner".to_string(), "a".to_string())]);
     }
 }

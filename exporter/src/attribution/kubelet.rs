@@ -96,16 +96,23 @@ impl KubeletCache {
     }
 }
 
-/// Refreshes forever; the task is dropped with the runtime at shutdown.
+/// One refresh.
+pub async fn refresh(client: &mut PodResourcesClient, cache: &KubeletCache) {
+    match client.list().await {
+        Ok(allocations) => cache.record_success(allocations),
+        Err(error) => cache.record_failure(&error),
+    }
+}
+
+/// Refreshes every `interval`, the first one an interval from now (the caller does the
+/// first itself, before the first collection cycle); the task is dropped with the
+/// runtime at shutdown.
 pub async fn run(mut client: PodResourcesClient, cache: Arc<KubeletCache>, interval: Duration) {
-    let mut ticker = tokio::time::interval(interval);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        match client.list().await {
-            Ok(allocations) => cache.record_success(allocations),
-            Err(error) => cache.record_failure(&error),
-        }
+        refresh(&mut client, &cache).await;
     }
 }
 

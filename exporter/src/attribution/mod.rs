@@ -107,7 +107,9 @@ impl Attributor {
             },
         );
         let unknown = result.unattributed.get(&Unattributed::UnknownPod).copied().unwrap_or(0);
-        if unknown > 0 && !self.unnamed_logged.swap(true, Ordering::Relaxed) {
+        // Not while a configured watch is still listing: its pods are about to be known.
+        let settled = self.watch.as_ref().is_none_or(|w| w.health().up);
+        if unknown > 0 && settled && !self.unnamed_logged.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 processes = unknown,
                 "GPU processes run in pods no source can name (no API watch, no pod log directory for them); \
@@ -128,11 +130,14 @@ pub async fn start(args: &AttributionArgs, node: &str) -> Arc<Attributor> {
     match args.socket() {
         Some(socket) => {
             let cache = Arc::new(KubeletCache::new(args.refresh_interval));
-            let client = PodResourcesClient::new(
+            let mut client = PodResourcesClient::new(
                 socket,
                 args.timeout,
                 ResourceFilter { extra: args.resource_names.iter().filter(|r| !r.is_empty()).cloned().collect() },
             );
+            // The first list before the first cycle (bounded by --kubelet.timeout), so the
+            // first snapshots already carry owners.
+            kubelet::refresh(&mut client, &cache).await;
             tokio::spawn(kubelet::run(client, cache.clone(), args.refresh_interval));
             attributor = attributor.with_kubelet(cache);
         }
@@ -158,16 +163,19 @@ pub async fn start(args: &AttributionArgs, node: &str) -> Arc<Attributor> {
         },
     }
     if let Some(dir) = args.pod_log_dir() {
-        let logs = Arc::new(Mutex::new(PodDirectory::default()));
+        let first = pod_logs::scan(dir).unwrap_or_default();
+        let logs = Arc::new(Mutex::new(first));
         tokio::spawn(scan_pod_logs(dir.to_path_buf(), logs.clone(), args.refresh_interval));
         attributor = attributor.with_pod_logs(logs);
     }
     Arc::new(attributor)
 }
 
-/// Rescans the pod log directory every `interval`; a missing directory is noted once.
+/// Rescans the pod log directory every `interval` (the first time an interval from now);
+/// a missing directory is noted once.
 pub async fn scan_pod_logs(dir: PathBuf, logs: Arc<Mutex<PodDirectory>>, interval: Duration) {
     let mut ticker = tokio::time::interval(interval);
+    ticker.tick().await;
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
     loop {
