@@ -236,3 +236,34 @@ fn with_the_api_pods_carry_labels_and_an_ended_pod_leaves_while_the_kubelet_list
     assert!(api.seen().iter().all(|s| s.query.get("fieldSelector").map(String::as_str) == Some(format!("spec.nodeName={NODE}").as_str())));
     drop(runtime);
 }
+
+#[test]
+fn device_ids_of_no_gpu_here_are_counted_and_ignored() {
+    use fake_kubelet::proto::{ContainerDevices, ContainerResources, PodResources};
+    let node = start(&[]);
+    wait_metrics(&node.exporter, "the owner of GPU 0", |t| owned(t, GPU0, "train"));
+    let mut listing = fake_kubelet::listing::pod_resources(&node.scenario);
+    listing.push(PodResources {
+        name: "elsewhere".into(),
+        namespace: "ai".into(),
+        containers: vec![ContainerResources {
+            name: "main".into(),
+            devices: vec![ContainerDevices {
+                resource_name: "nvidia.com/gpu".into(),
+                device_ids: vec![
+                    "GPU-ffffffff-0000-4000-8000-000000000000".into(),
+                    "MIG-ffffffff-0000-4000-8000-000000000000::2".into(),
+                ],
+                topology: None,
+            }],
+            cpu_ids: vec![],
+            memory: vec![],
+        }],
+    });
+    node.kubelet.lister().set_listing(listing);
+    let text = wait_metrics(&node.exporter, "the unknown ids to be counted", |t| {
+        sample(t, "gpu_exporter_pod_resources_unknown_devices", &[]) == Some(2.0)
+    });
+    assert!(!text.contains("pod=\"elsewhere\""), "an unknown device names no pod");
+    assert!(owned(&text, GPU0, "train"), "the rest of the list still counts");
+}
