@@ -30,6 +30,8 @@ pub struct CollectorSettings {
     pub call_timeout: Duration,
     /// Longest wait between NVML init attempts.
     pub init_retry_max: Duration,
+    /// Joins each published snapshot's GPUs with pods; `None` publishes no attribution.
+    pub attribution: Option<Arc<crate::attribution::Attributor>>,
 }
 
 /// What wakes the loop between cycles.
@@ -227,13 +229,16 @@ impl Collector {
 
     fn publish(&mut self) {
         self.generation += 1;
-        let gpus = self.gpus.iter().map(|g| GpuSnapshot { xids: self.xids.for_gpu(g.index), ..g.clone() }).collect();
+        let gpus: Vec<GpuSnapshot> =
+            self.gpus.iter().map(|g| GpuSnapshot { xids: self.xids.for_gpu(g.index), ..g.clone() }).collect();
+        let attribution = self.settings.attribution.as_ref().map(|a| a.attach(&gpus));
         let snapshot = Snapshot {
             generation: self.generation,
             taken_at: self.taken_at,
             nvml: self.status.clone(),
             gpus,
             stats: self.stats.clone(),
+            attribution,
         };
         self.publish.send_replace(Arc::new(snapshot));
     }

@@ -19,6 +19,8 @@ pub enum ConfigError {
     ListenAddress(String),
     #[error("--nvml.call-timeout ({timeout:?}) must be shorter than --collect-interval ({interval:?})")]
     TimeoutNotBelowInterval { timeout: Duration, interval: Duration },
+    #[error(transparent)]
+    Attribution(#[from] crate::attribution::config::AttributionConfigError),
 }
 
 pub type Result<T, E = ConfigError> = std::result::Result<T, E>;
@@ -83,6 +85,8 @@ pub struct Args {
 
     #[command(flatten)]
     pub health: crate::health::config::HealthArgs,
+    #[command(flatten)]
+    pub attribution: crate::attribution::config::AttributionArgs,
 }
 
 /// Labels the exporter sets itself; a constant label may not reuse them.
@@ -104,6 +108,7 @@ impl Args {
     pub fn validate(&self) -> Result<()> {
         self.extra_labels()?;
         self.socket_addresses()?;
+        self.attribution.validate()?;
         if self.call_timeout >= self.collect_interval {
             return Err(ConfigError::TimeoutNotBelowInterval {
                 timeout: self.call_timeout,

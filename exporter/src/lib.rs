@@ -6,9 +6,12 @@
 //! waits on NVML. `main.rs` only parses configuration, sets up logging, runs, and maps
 //! errors to exit codes.
 //!
+//! - [`attribution`]: which pod and container owns each GPU and MIG instance, and per-pod
+//!   usage of shared GPUs, joined onto each snapshot from the kubelet, `/proc` and the API.
 //! - [`web`]: the HTTP serving edge (exporter-toolkit `--web.config.file`: TLS, client
 //!   certificates, basic auth, response headers) and the accept loop with graceful shutdown.
 
+pub mod attribution;
 pub mod collect;
 pub mod config;
 pub mod health;

@@ -83,11 +83,13 @@ async fn run(
     };
     let listener = bind(&args).await?;
     let local = listener.local_addr().context("listener address")?;
+    let attribution = gpu_exporter::attribution::start(&args.attribution, &context.node).await;
     let (collector, snapshots) = collect::spawn(CollectorSettings {
         library: args.nvml_library.clone(),
         interval: args.collect_interval,
         call_timeout: args.call_timeout,
         init_retry_max: args.init_retry_max,
+        attribution: Some(attribution),
     })
     .context("starting the collector thread")?;
     tracing::info!(address = %local, node = %context.node, library = %args.nvml_library.display(), "serving /metrics");

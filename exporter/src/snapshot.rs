@@ -18,6 +18,9 @@ pub struct Snapshot {
     pub nvml: NvmlStatus,
     pub gpus: Vec<GpuSnapshot>,
     pub stats: CollectorStats,
+    /// Device owners and per-pod usage for these GPUs; `None` when attribution is not
+    /// running (or before the first cycle).
+    pub attribution: Option<crate::attribution::AttributionResult>,
 }
 
 /// Whether NVML is usable, and if not why.

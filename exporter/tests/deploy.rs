@@ -43,3 +43,33 @@ fn the_service_is_headless_for_endpoint_slice_discovery() {
     assert_eq!(service["spec"]["clusterIP"], "None");
     assert_eq!(service["spec"]["ports"][0]["port"], 9400);
 }
+
+#[test]
+fn the_daemonset_mounts_what_attribution_reads() {
+    let docs = rendered();
+    let daemonset = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+    let spec = &daemonset["spec"]["template"]["spec"];
+    let mounts = spec["containers"][0]["volumeMounts"].as_sequence().unwrap();
+    let args: Vec<&str> =
+        spec["containers"][0]["args"].as_sequence().unwrap().iter().filter_map(|a| a.as_str()).collect();
+    for (flag, mount) in [
+        (
+            "--kubelet.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock",
+            "/var/lib/kubelet/pod-resources",
+        ),
+        ("--path.procfs=/host/proc", "/host/proc"),
+        ("--path.pod-logs=/var/log/pods", "/var/log/pods"),
+    ] {
+        assert!(args.contains(&flag), "{flag} missing");
+        assert!(
+            mounts.iter().any(|m| m["mountPath"] == mount && m["readOnly"] == true),
+            "{mount} not mounted read-only"
+        );
+    }
+    let pods_role =
+        docs.iter().find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "gpu-exporter-pods").unwrap();
+    assert_eq!(
+        pods_role["rules"][0]["verbs"],
+        serde_yaml_ng::from_str::<serde_yaml_ng::Value>("[list, watch]").unwrap()
+    );
+}

@@ -4,7 +4,9 @@
 //! reading is exact; the few values that depend on the wall clock or on how many
 //! cycles ran (timestamps, durations, call counters) are replaced by `NaN` before the
 //! comparison. Regenerate with `UPDATE_GOLDEN=1 cargo test -p gpu-exporter --test golden`.
-//! Each raw scrape must also pass `promtool check metrics`.
+//! Each raw scrape must also pass `promtool check metrics`. Every scenario runs with the
+//! simulated kubelet beside it (pod-resources socket, procfs and pod log trees), so pods
+//! on the seed's mixed node show up in its golden file.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -26,6 +28,7 @@ const RUN_DEPENDENT: &[&str] = &[
     "gpu_exporter_nvml_calls_total",
     "gpu_exporter_nvml_call_seconds_total",
     "gpu_health_checks_total",
+    "gpu_exporter_pod_resources_last_success_timestamp_seconds",
 ];
 
 const SCENARIOS: &[&str] = &[
@@ -44,8 +47,26 @@ fn golden_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name)
 }
 
-fn start(scenario: &str) -> Exporter {
-    let exporter = Launch::scenario(&shipped_scenario(scenario), Some(120.0))
+/// The exporter with the simulated kubelet; both stop when dropped.
+struct Node {
+    exporter: Exporter,
+    _kubelet: fake_kubelet::KubeletServer,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Node {
+    type Target = Exporter;
+    fn deref(&self) -> &Exporter {
+        &self.exporter
+    }
+}
+
+fn start(scenario: &str) -> Node {
+    let path = shipped_scenario(scenario);
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = fake_kubelet::start_in(&fake_nvml::scenario::Scenario::load(&path).unwrap(), dir.path()).unwrap();
+    let at = |name: &str| dir.path().join(name).display().to_string();
+    let exporter = Launch::scenario(&path, Some(120.0))
         .args(&[
             "--collect-interval",
             "200ms",
@@ -53,12 +74,25 @@ fn start(scenario: &str) -> Exporter {
             "150ms",
             "--label",
             "cluster=production,region=cn-east",
+            "--kubelet.pod-resources-socket",
+            &at("kubelet.sock"),
+            "--path.procfs",
+            &at("proc"),
+            "--path.pod-logs",
+            &at("pods"),
         ])
         .start();
     exporter.wait_ready();
-    // XIDs due by the frozen time arrive right after registration; two cycles make sure.
-    exporter.wait_cycles(2);
-    exporter
+    // The first pod-resources list and pod log scan run at start, beside the first cycles.
+    common::wait_for(std::time::Duration::from_secs(20), || {
+        common::sample(&exporter.metrics(), "gpu_exporter_pod_resources_up", &[]) == Some(1.0)
+    })
+    .unwrap_or_else(|| panic!("pod-resources never came up; logs:\n{}", exporter.logs()));
+    // XIDs due by the frozen time arrive right after registration, and the pod log scan
+    // beside the first list; two more cycles make sure.
+    let cycles = common::sample(&exporter.metrics(), "gpu_exporter_collections_total", &[]).unwrap_or(0.0) as u64;
+    exporter.wait_cycles(cycles + 2);
+    Node { exporter, _kubelet: kubelet, _dir: dir }
 }
 
 /// Masks run-dependent values and the build revision.

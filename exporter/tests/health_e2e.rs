@@ -62,6 +62,8 @@ fn launch(name: &str, node: &Node, kubeconfig: &Path, extra: &[&str]) -> Exporte
         .args(extra)
         .env_remove("NODE_NAME")
         .env_remove("POD_NAMESPACE")
+        // The pod watch would follow the kubeconfig to this fake API, which serves nodes only.
+        .env("GPU_EXPORTER_KUBERNETES_API", "off")
         .env("KUBECONFIG", kubeconfig)
         .env("FAKE_NVML_SCENARIO", &node.scenario)
         .env("FAKE_NVML_CLOCK_FILE", &node.clock);

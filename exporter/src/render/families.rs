@@ -177,6 +177,51 @@ pub const NVML_CALLS: Family = counter("gpu_exporter_nvml_calls", None, "NVML ca
 pub const NVML_CALL_SECONDS: Family =
     counter("gpu_exporter_nvml_call_seconds", Some("seconds"), "Time spent in NVML calls, by call, in seconds.");
 
+// ---------------------------------------------------------------------------------------
+// Pod attribution (rendered by `render/pods.rs`; see docs/attribution.md).
+// ---------------------------------------------------------------------------------------
+pub const POD_INFO: Family = info(
+    "gpu_pod",
+    "A pod that owns or uses a GPU or MIG instance on this node, with its allow-listed labels. Always 1.",
+);
+pub const POD_UTILIZATION: Family = gauge(
+    "gpu_pod_utilization",
+    None,
+    "A container's GPU utilization, percent: the device's own figure when it holds the device alone, else the sum of its processes' SM utilization.",
+);
+pub const POD_MEMORY_USED: Family = gauge(
+    "gpu_pod_memory_used_bytes",
+    Some("bytes"),
+    "Device memory used by a container's processes (all of the device's used memory when it holds the device alone), in bytes.",
+);
+pub const POD_MEMORY_SCALED: Family = gauge(
+    "gpu_pod_memory_scaled",
+    None,
+    "1 if the GPU's pods' memory was scaled down this cycle to what the GPU reports used.",
+);
+pub const POD_RESOURCES_UP: Family =
+    gauge("gpu_exporter_pod_resources_up", None, "1 if the last kubelet pod-resources List succeeded.");
+pub const POD_RESOURCES_LAST_SUCCESS: Family = gauge(
+    "gpu_exporter_pod_resources_last_success_timestamp_seconds",
+    Some("seconds"),
+    "Unix time of the last successful kubelet pod-resources List.",
+);
+pub const POD_RESOURCES_ERRORS: Family =
+    counter("gpu_exporter_pod_resources_errors", None, "Failed kubelet pod-resources refreshes, by reason.");
+pub const POD_RESOURCES_UNKNOWN_DEVICES: Family = gauge(
+    "gpu_exporter_pod_resources_unknown_devices",
+    None,
+    "Device ids the kubelet allocates under a GPU resource that match no GPU or MIG instance NVML reports.",
+);
+pub const POD_WATCH_UP: Family =
+    gauge("gpu_exporter_pod_watch_up", None, "1 while the Kubernetes API pod watch is listed and watching.");
+pub const POD_WATCH_PODS: Family = gauge("gpu_exporter_pod_watch_pods", None, "Pods on this node the pod watch knows.");
+pub const UNATTRIBUTED_PROCESSES: Family = gauge(
+    "gpu_exporter_unattributed_processes",
+    None,
+    "GPU processes in the last cycle that could not be attributed to a pod, by reason.",
+);
+
 /// Every family, in the order they are rendered.
 pub const ALL: &[Family] = &[
     GPU_INFO,
@@ -239,4 +284,16 @@ pub const ALL: &[Family] = &[
     NVML_ERRORS,
     NVML_CALLS,
     NVML_CALL_SECONDS,
+    // Pod attribution.
+    POD_INFO,
+    POD_UTILIZATION,
+    POD_MEMORY_USED,
+    POD_MEMORY_SCALED,
+    POD_RESOURCES_UP,
+    POD_RESOURCES_LAST_SUCCESS,
+    POD_RESOURCES_ERRORS,
+    POD_RESOURCES_UNKNOWN_DEVICES,
+    POD_WATCH_UP,
+    POD_WATCH_PODS,
+    UNATTRIBUTED_PROCESSES,
 ];

@@ -28,6 +28,7 @@ pub fn instance_labels<'a>(snapshot: &'a Snapshot, gpu_labels: &[String]) -> Vec
                 l.push(',');
                 push_label(&mut l, name, &value);
             }
+            super::pods::push_owner_labels(&mut l, snapshot, &instance.uuid);
             out.push((l, instance));
         }
     }

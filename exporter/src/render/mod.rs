@@ -8,6 +8,7 @@
 pub mod encode;
 pub mod families;
 mod mig;
+mod pods;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -48,7 +49,9 @@ pub fn render_with(
     sections: &[std::sync::Arc<dyn Section>],
 ) -> String {
     let mut out = String::with_capacity(16 * 1024 + snapshot.gpus.len() * 8 * 1024);
-    let gpu_labels: Vec<String> = snapshot.gpus.iter().map(|g| gpu_label_list(g, ctx)).collect();
+    let base_labels: Vec<String> = snapshot.gpus.iter().map(|g| gpu_label_list(g, ctx)).collect();
+    // Pod attribution: a device held by one container carries its owner's labels.
+    let gpu_labels = pods::with_owner_labels(snapshot, &base_labels);
     let own = own_label_list(ctx);
     let mut enc = Encoder::new(&mut out, format);
     let instance_labels = mig::instance_labels(snapshot, &gpu_labels);
@@ -57,6 +60,7 @@ pub fn render_with(
     mig::render_mig(&mut enc, snapshot, &gpu_labels, &instance_labels);
     render_xids(&mut enc, snapshot, &gpu_labels);
     render_self(&mut enc, snapshot, ctx, &own);
+    pods::render_pods(&mut enc, snapshot, &base_labels, &own);
     for section in sections {
         section.render(&mut enc, ctx);
     }

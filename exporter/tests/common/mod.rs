@@ -3,6 +3,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod kube_api;
 pub mod prometheus;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -94,7 +95,9 @@ impl Launch {
             .env_remove("NODE_NAME")
             // Never reach a real cluster from a test; tests that want an API server set their own.
             .env("KUBECONFIG", "/nonexistent/kubeconfig")
-            .env_remove("KUBERNETES_SERVICE_HOST");
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            // Tests that want the pod watch set this (or --kubernetes.kubeconfig) themselves.
+            .env("GPU_EXPORTER_KUBERNETES_API", "off");
         for (k, v) in &self.env {
             command.env(k, v);
         }

@@ -1,0 +1,6 @@
+//! The kubelet pod-resources v1 messages and client, generated at build time from
+//! `exporter/proto/podresources/v1/api.proto` (see `build.rs`).
+
+#![allow(clippy::all, missing_docs, unreachable_pub)]
+
+tonic::include_proto!("v1");

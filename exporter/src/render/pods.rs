@@ -1,0 +1,274 @@
+//! Pod attribution families, and the owner labels on devices held by one container.
+//!
+//! Per-pod series carry the GPU's labels (`node`, `gpu`, `uuid`, `model`, constant
+//! labels), on MIG instances also `mig_profile`, `gpu_instance_id`,
+//! `compute_instance_id` and `mig_uuid`, then `namespace`, `pod`, `container`. Nothing
+//! here renders when attribution is not running.
+
+use std::collections::HashMap;
+
+use super::encode::{Encoder, push_label};
+use super::families as f;
+use super::{flag, unix_seconds};
+use crate::attribution::{AttributionResult, ContainerRef, Unattributed};
+use crate::snapshot::Snapshot;
+
+/// The GPU label lists, with `namespace`, `pod`, `container` added where one container
+/// holds the whole GPU.
+pub(super) fn with_owner_labels(snapshot: &Snapshot, base: &[String]) -> Vec<String> {
+    snapshot
+        .gpus
+        .iter()
+        .zip(base)
+        .map(|(gpu, labels)| {
+            let mut labels = labels.clone();
+            push_owner_labels(&mut labels, snapshot, &gpu.identity.uuid);
+            labels
+        })
+        .collect()
+}
+
+/// Appends the owner labels of the device `uuid` (a GPU or MIG UUID) if one container
+/// holds it alone. MIG instance label lists call this with the MIG UUID.
+pub(super) fn push_owner_labels(labels: &mut String, snapshot: &Snapshot, uuid: &str) {
+    if let Some(owner) = snapshot.attribution.as_ref().and_then(|a| a.owners.get(uuid)) {
+        push_container(labels, owner);
+    }
+}
+
+fn push_container(labels: &mut String, owner: &ContainerRef) {
+    for (name, value) in [("namespace", &owner.namespace), ("pod", &owner.pod), ("container", &owner.container)] {
+        if !labels.is_empty() {
+            labels.push(',');
+        }
+        push_label(labels, name, value);
+    }
+}
+
+/// Renders the pod and attribution families. `gpu_labels` are without owner labels.
+pub(super) fn render_pods(enc: &mut Encoder<'_>, snapshot: &Snapshot, gpu_labels: &[String], own: &str) {
+    let Some(result) = &snapshot.attribution else { return };
+    let by_index: HashMap<u32, &String> = snapshot.gpus.iter().map(|g| g.index).zip(gpu_labels).collect();
+    render_pod_info(enc, result, own);
+    let usage_labels: Vec<Option<String>> = result
+        .usage
+        .iter()
+        .map(|u| {
+            let mut labels = (*by_index.get(&u.gpu)?).clone();
+            if let Some(mig) = &u.mig {
+                for (name, value) in [
+                    ("mig_profile", mig.profile.clone()),
+                    ("gpu_instance_id", mig.gpu_instance_id.to_string()),
+                    ("compute_instance_id", mig.compute_instance_id.to_string()),
+                    ("mig_uuid", mig.uuid.clone()),
+                ] {
+                    labels.push(',');
+                    push_label(&mut labels, name, &value);
+                }
+            }
+            push_container(&mut labels, &u.owner);
+            Some(labels)
+        })
+        .collect();
+    enc.family(&f::POD_UTILIZATION);
+    for (u, labels) in result.usage.iter().zip(&usage_labels) {
+        if let (Some(v), Some(l)) = (u.utilization_percent, labels) {
+            enc.sample(l, &[], v);
+        }
+    }
+    enc.family(&f::POD_MEMORY_USED);
+    for (u, labels) in result.usage.iter().zip(&usage_labels) {
+        if let (Some(v), Some(l)) = (u.memory_used_bytes, labels) {
+            enc.sample(l, &[], v);
+        }
+    }
+    enc.family(&f::POD_MEMORY_SCALED);
+    for (gpu, labels) in snapshot.gpus.iter().zip(gpu_labels) {
+        if gpu.readings.is_some() {
+            enc.sample(labels, &[], flag(result.memory_scaled_gpus.contains(&gpu.index)));
+        }
+    }
+    render_sources(enc, result, own);
+}
+
+fn render_pod_info(enc: &mut Encoder<'_>, result: &AttributionResult, own: &str) {
+    enc.family(&f::POD_INFO);
+    for pod in &result.pods {
+        let mut extra: Vec<(&str, &str)> = vec![("namespace", &pod.namespace), ("pod", &pod.pod), ("uid", &pod.uid)];
+        extra.extend(pod.labels.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+        enc.sample(own, &extra, 1.0);
+    }
+}
+
+fn render_sources(enc: &mut Encoder<'_>, result: &AttributionResult, own: &str) {
+    if let Some(kubelet) = &result.pod_resources {
+        enc.family(&f::POD_RESOURCES_UP);
+        enc.sample(own, &[], flag(kubelet.up));
+        enc.family(&f::POD_RESOURCES_LAST_SUCCESS);
+        if let Some(t) = kubelet.last_success {
+            enc.sample(own, &[], unix_seconds(t));
+        }
+        enc.family(&f::POD_RESOURCES_ERRORS);
+        for (reason, count) in &kubelet.errors {
+            enc.sample(own, &[("reason", reason)], *count as f64);
+        }
+        enc.family(&f::POD_RESOURCES_UNKNOWN_DEVICES);
+        enc.sample(own, &[], result.unknown_devices as f64);
+    }
+    if let Some(watch) = &result.pod_watch {
+        enc.family(&f::POD_WATCH_UP);
+        enc.sample(own, &[], flag(watch.up));
+        enc.family(&f::POD_WATCH_PODS);
+        enc.sample(own, &[], watch.pods as f64);
+    }
+    enc.family(&f::UNATTRIBUTED_PROCESSES);
+    for reason in Unattributed::ALL {
+        let count = result.unattributed.get(&reason).copied().unwrap_or(0);
+        enc.sample(own, &[("reason", reason.as_str())], count as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::super::encode::Format;
+    use super::super::{RenderContext, render};
+    use super::*;
+    use crate::attribution::result::{PodResourcesHealth, PodWatchHealth};
+    use crate::attribution::{MigRef, PodInfo, PodUsage};
+    use crate::snapshot::{GpuIdentity, GpuReadings, GpuSnapshot, GpuState};
+
+    fn ctx() -> RenderContext {
+        RenderContext {
+            node: "n1".into(),
+            extra_labels: vec![("cluster".into(), "prod".into())],
+            version: "0".into(),
+            revision: "r".into(),
+        }
+    }
+
+    fn gpu(index: u32) -> GpuSnapshot {
+        GpuSnapshot {
+            index,
+            identity: GpuIdentity { uuid: format!("GPU-{index}"), model: "M".into(), ..GpuIdentity::default() },
+            state: GpuState::Ok,
+            readings: Some(GpuReadings { utilization_percent: Some(70), ..GpuReadings::default() }),
+            ..GpuSnapshot::default()
+        }
+    }
+
+    fn owner(pod: &str) -> ContainerRef {
+        ContainerRef { namespace: "ai".into(), pod: pod.into(), container: "main".into() }
+    }
+
+    fn snapshot() -> Snapshot {
+        let result = AttributionResult {
+            owners: [("GPU-0".to_string(), owner("train"))].into_iter().collect(),
+            usage: vec![
+                PodUsage {
+                    gpu: 0,
+                    mig: None,
+                    owner: owner("train"),
+                    exclusive: true,
+                    utilization_percent: Some(70.0),
+                    memory_used_bytes: Some(1024.0),
+                },
+                PodUsage {
+                    gpu: 1,
+                    mig: Some(MigRef {
+                        uuid: "MIG-1".into(),
+                        profile: "1g.10gb".into(),
+                        gpu_instance_id: 9,
+                        compute_instance_id: 0,
+                    }),
+                    owner: owner("emb"),
+                    exclusive: true,
+                    utilization_percent: None,
+                    memory_used_bytes: Some(2048.0),
+                },
+            ],
+            pods: vec![PodInfo {
+                namespace: "ai".into(),
+                pod: "train".into(),
+                uid: "u1".into(),
+                labels: vec![("label_app".into(), "trainer".into())],
+            }],
+            unattributed: [(Unattributed::Exited, 2)].into_iter().collect(),
+            unknown_devices: 1,
+            memory_scaled_gpus: vec![1],
+            pod_resources: Some(PodResourcesHealth {
+                up: true,
+                last_success: Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
+                errors: [("socket_missing", 3)].into_iter().collect(),
+            }),
+            pod_watch: Some(PodWatchHealth { up: false, pods: 4 }),
+        };
+        Snapshot { gpus: vec![gpu(0), gpu(1)], attribution: Some(result), ..Snapshot::default() }
+    }
+
+    #[test]
+    fn an_owned_gpu_carries_its_owner_and_pods_get_their_series() {
+        let text = render(&snapshot(), &ctx(), Format::PrometheusText);
+        assert!(
+            text.contains("gpu_utilization{node=\"n1\",gpu=\"0\",uuid=\"GPU-0\",model=\"M\",cluster=\"prod\",namespace=\"ai\",pod=\"train\",container=\"main\"} 70\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("gpu_utilization{node=\"n1\",gpu=\"1\",uuid=\"GPU-1\",model=\"M\",cluster=\"prod\"} 70\n")
+        );
+        assert!(text.contains(
+            "gpu_pod_utilization{node=\"n1\",gpu=\"0\",uuid=\"GPU-0\",model=\"M\",cluster=\"prod\",namespace=\"ai\",pod=\"train\",container=\"main\"} 70\n"
+        ));
+        assert!(text.contains(
+            "gpu_pod_memory_used_bytes{node=\"n1\",gpu=\"1\",uuid=\"GPU-1\",model=\"M\",cluster=\"prod\",mig_profile=\"1g.10gb\",gpu_instance_id=\"9\",compute_instance_id=\"0\",mig_uuid=\"MIG-1\",namespace=\"ai\",pod=\"emb\",container=\"main\"} 2048\n"
+        ), "{text}");
+        assert_eq!(text.matches("gpu_pod_utilization{").count(), 1, "no figure, no series");
+        assert!(text.contains("gpu_pod_info{node=\"n1\",cluster=\"prod\",namespace=\"ai\",pod=\"train\",uid=\"u1\",label_app=\"trainer\"} 1\n"));
+        assert!(
+            text.contains(
+                "gpu_pod_memory_scaled{node=\"n1\",gpu=\"1\",uuid=\"GPU-1\",model=\"M\",cluster=\"prod\"} 1\n"
+            )
+        );
+        assert!(text.contains("gpu_exporter_pod_resources_up{node=\"n1\",cluster=\"prod\"} 1\n"));
+        assert!(text.contains(
+            "gpu_exporter_pod_resources_last_success_timestamp_seconds{node=\"n1\",cluster=\"prod\"} 1700000000\n"
+        ));
+        assert!(text.contains(
+            "gpu_exporter_pod_resources_errors_total{node=\"n1\",cluster=\"prod\",reason=\"socket_missing\"} 3\n"
+        ));
+        assert!(text.contains("gpu_exporter_pod_resources_unknown_devices{node=\"n1\",cluster=\"prod\"} 1\n"));
+        assert!(text.contains("gpu_exporter_pod_watch_up{node=\"n1\",cluster=\"prod\"} 0\n"));
+        assert!(
+            text.contains("gpu_exporter_unattributed_processes{node=\"n1\",cluster=\"prod\",reason=\"exited\"} 2\n")
+        );
+        assert!(
+            text.contains(
+                "gpu_exporter_unattributed_processes{node=\"n1\",cluster=\"prod\",reason=\"unknown_pod\"} 0\n"
+            )
+        );
+    }
+
+    #[test]
+    fn mig_instance_label_lists_get_their_owner() {
+        let mut snapshot = snapshot();
+        if let Some(a) = snapshot.attribution.as_mut() {
+            a.owners.insert("MIG-1".into(), owner("emb"));
+        }
+        let mut labels = "node=\"n1\"".to_string();
+        push_owner_labels(&mut labels, &snapshot, "MIG-1");
+        assert_eq!(labels, "node=\"n1\",namespace=\"ai\",pod=\"emb\",container=\"main\"");
+        let mut untouched = "node=\"n1\"".to_string();
+        push_owner_labels(&mut untouched, &snapshot, "MIG-unowned");
+        assert_eq!(untouched, "node=\"n1\"");
+    }
+
+    #[test]
+    fn nothing_renders_without_attribution() {
+        let snapshot = Snapshot { gpus: vec![gpu(0)], ..Snapshot::default() };
+        let text = render(&snapshot, &ctx(), Format::OpenMetrics);
+        assert!(!text.contains("gpu_pod"), "{text}");
+        assert!(!text.contains("pod_resources"));
+        assert!(!text.contains("namespace="));
+    }
+}

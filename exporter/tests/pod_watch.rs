@@ -1,0 +1,137 @@
+//! The node-scoped pod watch against an in-test Kubernetes API server that speaks the
+//! real wire protocol on loopback: list with `fieldSelector` and `resourceVersion`, watch
+//! streams of JSON lines, bookmarks, and `410 Gone` for an expired resourceVersion (after
+//! which kube-runtime relists). No API server can run here; this one checks every
+//! request's path and query as it comes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::kube_api::{ApiServer, NODE, Seen, serve};
+use gpu_exporter::attribution::kubelet::KubeletCache;
+use gpu_exporter::attribution::pod_resources::Allocation;
+use gpu_exporter::attribution::pod_watch::{self, PodWatch};
+use gpu_exporter::attribution::{Attributor, ContainerRef};
+use gpu_exporter::snapshot::{GpuIdentity, GpuReadings, GpuSnapshot, GpuState, MemoryReading};
+
+fn client(url: &str) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap()
+}
+
+async fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn gpu(index: u32) -> GpuSnapshot {
+    GpuSnapshot {
+        index,
+        identity: GpuIdentity { uuid: format!("GPU-{index}"), ..GpuIdentity::default() },
+        state: GpuState::Ok,
+        readings: Some(GpuReadings {
+            utilization_percent: Some(50),
+            memory: Some(MemoryReading { total_bytes: 100, used_bytes: 10, reserved_bytes: 0 }),
+            ..GpuReadings::default()
+        }),
+        ..GpuSnapshot::default()
+    }
+}
+
+fn allocation(pod: &str, device: &str) -> Allocation {
+    Allocation {
+        namespace: "ai".into(),
+        pod: pod.into(),
+        container: "main".into(),
+        resource: "nvidia.com/gpu".into(),
+        device_id: device.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_follows_the_node_s_pods_and_ended_pods_leave_at_once() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let api = ApiServer::default();
+    api.put("train-a", "Running");
+    api.put("train-b", "Running");
+    let url = serve(api.clone()).await;
+    let watch = Arc::new(PodWatch::default());
+    tokio::spawn(pod_watch::run(client(&url), NODE.into(), watch.clone()));
+    eventually("the first list is in", || watch.health().up && watch.directory().len() == 2).await;
+
+    // The kubelet keeps listing both pods throughout.
+    let kubelet = Arc::new(KubeletCache::new(Duration::from_secs(10)));
+    kubelet.record_success(vec![allocation("train-a", "GPU-0"), allocation("train-b", "GPU-1")]);
+    let attributor = Attributor::new("/nonexistent-procfs", None).with_kubelet(kubelet).with_watch(watch.clone());
+    let gpus = [gpu(0), gpu(1)];
+    let owner = |pod: &str| ContainerRef { namespace: "ai".into(), pod: pod.into(), container: "main".into() };
+    let result = attributor.attach(&gpus);
+    assert_eq!(result.owners.get("GPU-0"), Some(&owner("train-a")));
+    assert_eq!(result.owners.get("GPU-1"), Some(&owner("train-b")));
+    assert_eq!(result.pod_watch.as_ref().map(|w| (w.up, w.pods)), Some((true, 2)));
+
+    // Succeeded: gone from the next cycle although the kubelet still lists it.
+    api.put("train-a", "Succeeded");
+    eventually("train-a has ended", || watch.directory().ended("ai", "train-a")).await;
+    let result = attributor.attach(&gpus);
+    assert!(!result.owners.contains_key("GPU-0"), "{:?}", result.owners);
+    assert!(result.usage.iter().all(|u| u.owner.pod != "train-a"));
+
+    // Deleted: the same.
+    api.delete("train-b");
+    eventually("train-b is gone", || watch.directory().by_uid("uid-train-b").is_none()).await;
+    assert!(attributor.attach(&gpus).owners.is_empty());
+
+    // History compacted while a pod came: 410 on the next watch, then a relist finds it.
+    api.compact_and_add_silently("train-c", "Running");
+    eventually("the relist found train-c", || watch.directory().by_uid("uid-train-c").is_some()).await;
+    assert!(watch.health().up);
+    let d = watch.directory();
+    assert!(d.authoritative);
+    assert!(d.ended("ai", "train-a") && d.ended("ai", "train-b") && !d.ended("ai", "train-c"));
+    assert_eq!(d.by_uid("uid-train-c").and_then(|p| p.container_by_id(&format!("{:0>64}", 7))), Some("main"));
+
+    // Every request was node-scoped; watches resumed from what the list or a bookmark said.
+    let seen = api.seen();
+    let lists: Vec<&Seen> = seen.iter().filter(|s| !s.query.contains_key("watch")).collect();
+    let watches: Vec<&Seen> = seen.iter().filter(|s| s.query.contains_key("watch")).collect();
+    assert!(lists.len() >= 2, "initial list and the relist after 410: {seen:?}");
+    assert!(!watches.is_empty());
+    for s in &seen {
+        assert_eq!(s.path, "/api/v1/pods");
+        assert_eq!(
+            s.query.get("fieldSelector").map(String::as_str),
+            Some(format!("spec.nodeName={NODE}").as_str()),
+            "{s:?}"
+        );
+    }
+    assert_eq!(watches[0].query.get("resourceVersion").map(String::as_str), Some("2"), "from the first list");
+    assert!(watches.iter().all(|w| w.query.get("allowWatchBookmarks").map(String::as_str) == Some("true")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_api_server_degrades_without_a_crash() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let watch = Arc::new(PodWatch::default());
+    let task = tokio::spawn(pod_watch::run(client(&format!("http://127.0.0.1:{port}")), NODE.into(), watch.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!task.is_finished(), "the watch keeps retrying");
+    assert!(!watch.health().up);
+    assert!(!watch.directory().authoritative, "an unsynced watch says nothing about ended pods");
+    // Exclusive attribution still works from the kubelet alone.
+    let kubelet = Arc::new(KubeletCache::new(Duration::from_secs(10)));
+    kubelet.record_success(vec![allocation("train-a", "GPU-0")]);
+    let attributor = Attributor::new("/nonexistent-procfs", None).with_kubelet(kubelet).with_watch(watch);
+    let result = attributor.attach(&[gpu(0)]);
+    assert_eq!(result.owners.get("GPU-0").map(|o| o.pod.as_str()), Some("train-a"));
+    assert_eq!(result.pod_watch.map(|w| w.up), Some(false));
+    task.abort();
+}

@@ -1,0 +1,38 @@
+//! fake-kubelet: the kubelet as the GPU exporter sees it, simulated from a fake-nvml
+//! scenario, for tests and the demo.
+//!
+//! - [`server`]: the pod-resources v1 gRPC API (`List`, `GetAllocatableResources`) on a
+//!   unix socket, which can be dropped and restored like a restarting kubelet's.
+//! - [`listing`]: the scenario's pods, containers and device ids as `List` answers them.
+//! - [`procfs`]: a fake `/proc/<pid>/{cgroup,stat}` for the scenario's GPU processes, in
+//!   the scenario's cgroup flavour.
+//! - [`pod_logs`]: a `/var/log/pods`-style tree naming the scenario's pods.
+//!
+//! The scenario is the same file the simulated NVML library reads, so PIDs, device ids
+//! and pods agree between the two.
+
+pub mod listing;
+pub mod pod_logs;
+pub mod procfs;
+pub mod proto;
+pub mod server;
+
+use std::path::Path;
+
+use fake_nvml::scenario::Scenario;
+
+pub use server::{KubeletServer, Lister};
+
+/// A lister answering for `scenario`.
+pub fn lister(scenario: &Scenario) -> Lister {
+    Lister::new(listing::pod_resources(scenario), listing::allocatable(scenario))
+}
+
+/// Everything the exporter reads besides NVML, for one scenario: the socket served,
+/// and the procfs and pod log trees written, under `dir` (`kubelet.sock`, `proc/`,
+/// `pods/`).
+pub fn start_in(scenario: &Scenario, dir: &Path) -> anyhow::Result<KubeletServer> {
+    procfs::write_tree(scenario, &dir.join("proc"))?;
+    pod_logs::write_tree(scenario, &dir.join("pods"))?;
+    Ok(KubeletServer::start(dir.join("kubelet.sock"), lister(scenario))?)
+}
