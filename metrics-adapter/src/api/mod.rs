@@ -1,0 +1,3 @@
+//! The HTTP API: discovery, metrics reads, errors as metav1.Status.
+pub mod path;
+pub mod types;

@@ -1,0 +1,8 @@
+//! gpu-metrics-adapter: a Kubernetes aggregated API server for `custom.metrics.k8s.io`.
+pub mod api;
+pub mod auth;
+pub mod certs;
+pub mod expfmt;
+pub mod quantity;
+pub mod selector;
+pub mod source;

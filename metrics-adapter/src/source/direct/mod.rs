@@ -1,0 +1,2 @@
+//! The direct source: scrapes the GPU exporters and serves their values.
+pub mod model;

@@ -1,0 +1,2 @@
+//! Metric sources: the direct exporter scraper and the Prometheus query source.
+pub mod direct;
