@@ -3,6 +3,8 @@ pub mod api;
 pub mod auth;
 pub mod certs;
 pub mod expfmt;
+pub mod http_client;
+pub mod labels;
 pub mod quantity;
 pub mod selector;
 pub mod source;
