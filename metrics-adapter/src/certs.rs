@@ -114,6 +114,79 @@ impl Ca {
     }
 }
 
+/// Files written by [`write_dev_bundle`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevBundle {
+    /// CA certificate (trust it for serving and client certificates).
+    pub ca: std::path::PathBuf,
+    /// Serving certificate.
+    pub serving_cert: std::path::PathBuf,
+    /// Serving key.
+    pub serving_key: std::path::PathBuf,
+    /// Client certificate (CN `dev-admin`, O `system:masters`).
+    pub client_cert: std::path::PathBuf,
+    /// Client key.
+    pub client_key: std::path::PathBuf,
+    /// kubeconfig using the client pair against `server`.
+    pub kubeconfig: std::path::PathBuf,
+}
+
+/// Why the development bundle could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    /// Generation failed.
+    #[error(transparent)]
+    Generate(#[from] Error),
+    /// Writing failed.
+    #[error("writing {path}: {source}")]
+    Write {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// Writes a CA, a serving pair for `hosts`, a `system:masters` client pair and a kubeconfig
+/// pointing at `server` into `dir`, for running the adapter and `kubectl get --raw` locally.
+pub fn write_dev_bundle(
+    dir: &std::path::Path,
+    server: &str,
+    hosts: &[&str],
+) -> std::result::Result<DevBundle, BundleError> {
+    let io = |path: &std::path::Path, source| BundleError::Write { path: path.to_owned(), source };
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let dir = std::fs::canonicalize(dir).map_err(|e| io(dir, e))?;
+    let ca = Ca::new("gpu-metrics-adapter-dev-ca")?;
+    let serving = ca.server(hosts)?;
+    let client = ca.client("dev-admin", &["system:masters"])?;
+    let b = DevBundle {
+        ca: dir.join("ca.pem"),
+        serving_cert: dir.join("serving.pem"),
+        serving_key: dir.join("serving-key.pem"),
+        client_cert: dir.join("client.pem"),
+        client_key: dir.join("client-key.pem"),
+        kubeconfig: dir.join("kubeconfig"),
+    };
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: adapter\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: dev-admin\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: adapter\n  context:\n    cluster: adapter\n    user: dev-admin\ncurrent-context: adapter\n",
+        b.ca.display(),
+        b.client_cert.display(),
+        b.client_key.display()
+    );
+    for (path, text) in [
+        (&b.ca, ca.cert_pem()),
+        (&b.serving_cert, serving.cert_pem.as_str()),
+        (&b.serving_key, serving.key_pem.as_str()),
+        (&b.client_cert, client.cert_pem.as_str()),
+        (&b.client_key, client.key_pem.as_str()),
+        (&b.kubeconfig, kubeconfig.as_str()),
+    ] {
+        std::fs::write(path, text).map_err(|e| io(path, e))?;
+    }
+    Ok(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,5 +202,15 @@ mod tests {
         assert!(ca.client("jane", &["team"]).is_ok());
         assert!(self_signed(&["ünïcode"]).is_err());
         assert!(matches!(ca.client("x", &["a", "b", "c"]), Err(Error::TooManyOrganizations(3))));
+    }
+
+    #[test]
+    fn dev_bundle_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = write_dev_bundle(&dir.path().join("certs"), "https://127.0.0.1:6443", &["localhost"]).unwrap();
+        let kc = std::fs::read_to_string(&b.kubeconfig).unwrap();
+        assert!(kc.contains("server: https://127.0.0.1:6443"));
+        assert!(kc.contains(&b.client_key.display().to_string()));
+        assert!(std::fs::read_to_string(&b.serving_key).unwrap().contains("PRIVATE KEY"));
     }
 }

@@ -259,6 +259,15 @@ impl DirectSource {
         Ok(Report::from_samples(&samples, fetched_at))
     }
 
+    /// Stores a report as if `url` had just been scraped, and rebuilds the snapshot
+    /// (for tests and benchmarks that feed data without exporters).
+    pub fn ingest(&self, url: &str, report: Report) {
+        let mut kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.insert(url.to_owned(), Kept { report: Arc::new(report), fetched_at_ms: now_ms() });
+        self.snapshot.store(Arc::new(Snapshot::build(kept.values().map(|k| &*k.report))));
+        self.ready.store(true, Ordering::Release);
+    }
+
     /// One cycle: resolve targets, scrape them all, rebuild the snapshot.
     pub async fn refresh(&self) -> CycleStats {
         let started = Instant::now();
@@ -272,8 +281,12 @@ impl DirectSource {
                 self.last_targets.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
             }
         };
-        let results: Vec<(String, Result<Report, ScrapeError>)> = futures::stream::iter(targets.iter())
-            .map(|t| async move { (t.url.clone(), self.scrape(&t.url).await) })
+        let urls: Vec<String> = targets.iter().map(|t| t.url.clone()).collect();
+        let results: Vec<(String, Result<Report, ScrapeError>)> = futures::stream::iter(urls)
+            .map(|url| async move {
+                let r = self.scrape(&url).await;
+                (url, r)
+            })
             .buffer_unordered(self.cfg.concurrency.max(1))
             .collect()
             .await;
