@@ -47,6 +47,8 @@ pub struct Fake {
     pub requests: Arc<Mutex<Vec<Recorded>>>,
     pub pod_events: broadcast::Sender<Value>,
     pub resource_version: Arc<Mutex<u64>>,
+    /// When set, TokenReview and SubjectAccessReview answer 500.
+    pub fail_reviews: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for Fake {
@@ -63,6 +65,7 @@ impl Default for Fake {
             requests: Arc::default(),
             pod_events,
             resource_version: Arc::new(Mutex::new(100)),
+            fail_reviews: Arc::default(),
         }
     }
 }
@@ -181,6 +184,9 @@ async fn configmap(
 async fn token_review(State(fake): State<Fake>, headers: HeaderMap, body: Bytes) -> Response {
     let text = String::from_utf8_lossy(&body).to_string();
     fake.record("POST", "/apis/authentication.k8s.io/v1/tokenreviews", "", &text);
+    if fake.fail_reviews.load(std::sync::atomic::Ordering::SeqCst) {
+        return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", "etcd is having a bad day");
+    }
     if headers.get("content-type").and_then(|v| v.to_str().ok()) != Some("application/json") {
         return status(StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType", "want application/json");
     }
@@ -204,6 +210,9 @@ async fn token_review(State(fake): State<Fake>, headers: HeaderMap, body: Bytes)
 async fn access_review(State(fake): State<Fake>, body: Bytes) -> Response {
     let text = String::from_utf8_lossy(&body).to_string();
     fake.record("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", "", &text);
+    if fake.fail_reviews.load(std::sync::atomic::Ordering::SeqCst) {
+        return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", "etcd is having a bad day");
+    }
     let Ok(review) = serde_json::from_slice::<Value>(&body) else {
         return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON");
     };
