@@ -393,7 +393,8 @@ pub fn aggregate(values: impl Iterator<Item = Value>, agg: Agg, fresh_after_ms: 
         Agg::Sum => sum,
         Agg::Mean => sum / f64::from(n),
     };
-    Some(Value { v, at_ms: oldest })
+    // Finite inputs can still overflow (1e308 + 1e308): no value rather than infinity.
+    v.is_finite().then_some(Value { v, at_ms: oldest })
 }
 
 /// All exporters' reports merged and indexed for queries.
@@ -697,6 +698,13 @@ gpu_pod_memory_used_bytes{namespace="ai",pod="ts-b",container="c",uuid="GPU-3"} 
         // only the fresh device counts once the old one is past max age
         let v = s.pod("x", "p", GpuMetric::Utilization, &everything(), 1001).unwrap();
         assert_eq!(v, Value { v: 20.0, at_ms: T });
+    }
+
+    #[test]
+    fn overflowing_sums_have_no_value() {
+        let big = Value { v: f64::MAX, at_ms: 0 };
+        assert_eq!(aggregate([big, big].into_iter(), Agg::Sum, 0), None);
+        assert_eq!(aggregate([big].into_iter(), Agg::Sum, 0), Some(big));
     }
 
     #[test]

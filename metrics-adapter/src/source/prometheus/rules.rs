@@ -121,38 +121,10 @@ pub struct Rule {
 
 const PLACEHOLDERS: [&str; 2] = ["<<.LabelMatchers>>", "<<.GroupBy>>"];
 
-/// A Prometheus duration (`30s`, `2m`, `1h30m`, `1d`) in seconds.
-pub fn parse_duration(s: &str) -> Option<i64> {
-    let mut total: i64 = 0;
-    let mut num = String::new();
-    let bytes = s.as_bytes();
-    let mut i = 0;
-    if s.is_empty() {
-        return None;
-    }
-    while i < bytes.len() {
-        let c = bytes[i];
-        if c.is_ascii_digit() {
-            num.push(char::from(c));
-            i += 1;
-            continue;
-        }
-        let n: i64 = num.parse().ok()?;
-        num.clear();
-        let (mult, len) = match (c, bytes.get(i + 1)) {
-            (b'm', Some(b's')) => return None, // sub-second windows are not meaningful here
-            (b's', _) => (1, 1),
-            (b'm', _) => (60, 1),
-            (b'h', _) => (3600, 1),
-            (b'd', _) => (86_400, 1),
-            (b'w', _) => (604_800, 1),
-            (b'y', _) => (31_536_000, 1),
-            _ => return None,
-        };
-        total = total.checked_add(n.checked_mul(mult)?)?;
-        i += len;
-    }
-    if !num.is_empty() { None } else { Some(total) }
+/// A window such as `30s`, `2m` or `1h30m`, in whole seconds.
+pub fn parse_window(s: &str) -> Option<i64> {
+    let d = crate::config::parse_duration(s).ok()?;
+    (d.subsec_nanos() == 0 && d.as_secs() > 0).then(|| i64::try_from(d.as_secs()).ok()).flatten()
 }
 
 fn validate(raw: RawRule) -> std::result::Result<Rule, String> {
@@ -205,9 +177,9 @@ fn validate(raw: RawRule) -> std::result::Result<Rule, String> {
     }
     let window_seconds = match raw.window {
         None => None,
-        Some(w) => Some(
-            parse_duration(&w).filter(|s| *s > 0).ok_or_else(|| format!("window {w:?} is not a duration like 2m"))?,
-        ),
+        Some(w) => {
+            Some(parse_window(&w).ok_or_else(|| format!("window {w:?} is not a whole-second duration like 2m"))?)
+        }
     };
     Ok(Rule { name: raw.name, query: raw.query, resources, namespace_label, window_seconds })
 }
@@ -400,13 +372,12 @@ rules:
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30s"), Some(30));
-        assert_eq!(parse_duration("2m"), Some(120));
-        assert_eq!(parse_duration("1h30m"), Some(5400));
-        assert_eq!(parse_duration("1d"), Some(86_400));
-        for bad in ["", "5", "m", "5x", "100ms", "99999999999999999999s"] {
-            assert_eq!(parse_duration(bad), None, "{bad}");
+    fn windows() {
+        assert_eq!(parse_window("30s"), Some(30));
+        assert_eq!(parse_window("2m"), Some(120));
+        assert_eq!(parse_window("1h30m"), Some(5400));
+        for bad in ["", "5", "m", "5x", "100ms", "1500ms", "0s", "99999999999999999999s"] {
+            assert_eq!(parse_window(bad), None, "{bad}");
         }
     }
 
