@@ -156,7 +156,7 @@ impl App {
                     args.max_age, args.scrape_interval
                 )));
             }
-            let http = HttpClient::new(args.exporter_ca_file.as_deref(), 2)
+            let http = HttpClient::new(args.exporter_ca_file.as_deref(), 0)
                 .map_err(|e| Error::Config(format!("--exporter-ca-file: {e}")))?;
             let cfg = direct::Config {
                 interval: args.scrape_interval,

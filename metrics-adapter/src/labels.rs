@@ -5,7 +5,7 @@
 //! Without a Kubernetes API (standalone mode) the store is absent and a non-empty
 //! `labelSelector` is refused instead of guessed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -20,8 +20,8 @@ use crate::selector::Selector;
 /// A compact label set.
 type Labels = Box<[(Box<str>, Box<str>)]>;
 
-/// namespace ("" for cluster-scoped) → name → labels
-type Objects = HashMap<Box<str>, HashMap<Arc<str>, Labels>>;
+/// namespace ("" for cluster-scoped) → name → labels, names in order
+type Objects = HashMap<Box<str>, BTreeMap<Arc<str>, Labels>>;
 
 /// Why a selection cannot be answered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -80,17 +80,14 @@ impl Table {
     fn select(&self, namespace: &str, sel: &Selector) -> Vec<Arc<str>> {
         let objects = self.objects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(m) = objects.get(namespace) else { return Vec::new() };
-        let mut out: Vec<Arc<str>> = m
-            .iter()
+        m.iter()
             .filter(|(_, labels)| sel.matches(|k| labels.iter().find(|(lk, _)| &**lk == k).map(|(_, v)| &**v)))
             .map(|(name, _)| name.clone())
-            .collect();
-        out.sort();
-        out
+            .collect()
     }
 
     fn len(&self) -> usize {
-        self.objects.read().unwrap_or_else(std::sync::PoisonError::into_inner).values().map(HashMap::len).sum()
+        self.objects.read().unwrap_or_else(std::sync::PoisonError::into_inner).values().map(BTreeMap::len).sum()
     }
 
     /// Consumes watch events until the stream ends.
@@ -131,7 +128,8 @@ impl LabelStore {
         Self::default()
     }
 
-    /// Names of the objects of `resource` in `namespace` (None for cluster-scoped) matching `sel`.
+    /// Names of the objects of `resource` in `namespace` (None for cluster-scoped) matching
+    /// `sel`, in ascending order.
     pub fn select(&self, resource: &str, namespace: Option<&str>, sel: &Selector) -> Result<Vec<Arc<str>>> {
         let table = match resource {
             "pods" => &self.pods,

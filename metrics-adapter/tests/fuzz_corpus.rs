@@ -7,7 +7,7 @@ use std::path::Path;
 
 use gpu_metrics_adapter::expfmt::{Format, Limits, parse};
 use gpu_metrics_adapter::selector::Selector;
-use gpu_metrics_adapter::source::direct::model::{FAMILIES, GpuMetric, Report, Snapshot};
+use gpu_metrics_adapter::source::direct::model::{FAMILIES, GpuMetric, Names, Report, Snapshot};
 
 fn corpus(name: &str) -> Vec<(String, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(name);
@@ -47,10 +47,10 @@ fn check_expfmt(data: &[u8]) -> bool {
             let report = Report::from_samples(&samples, 0);
             let snap = Snapshot::build([&report]);
             for m in GpuMetric::ALL {
-                for v in snap.pods("ns", |_| true, m, &Selector::everything(), 0) {
+                for v in snap.pods("ns", Names::All, m, &Selector::everything(), 0) {
                     assert!(v.value.v.is_finite(), "non-finite value served");
                 }
-                for v in snap.nodes(|_| true, m, &Selector::everything(), 0) {
+                for v in snap.nodes(Names::All, m, &Selector::everything(), 0) {
                     assert!(v.value.v.is_finite(), "non-finite value served");
                 }
             }

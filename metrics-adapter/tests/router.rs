@@ -55,8 +55,10 @@ fn world(with_labels: bool, ingest: bool) -> World {
     };
     let direct = Arc::new(DirectSource::new(cfg, HttpClient::new(None, 1).unwrap(), Targets::Static(vec![])));
     if ingest {
-        direct.ingest("node-1", report("node-a100-mig-mixed.prom"));
-        direct.ingest("node-2", report("node-h100-timesliced.prom"));
+        direct.ingest([
+            ("node-1".to_owned(), report("node-a100-mig-mixed.prom")),
+            ("node-2".to_owned(), report("node-h100-timesliced.prom")),
+        ]);
     }
     let labels = with_labels.then(|| {
         let s = Arc::new(LabelStore::new());
@@ -184,7 +186,7 @@ async fn discovery_lists_what_exists_now() {
     assert_eq!(v["groups"][0]["preferredVersion"]["groupVersion"], "custom.metrics.k8s.io/v1beta2");
     let (code, v, _) = call(&empty, "/apis/custom.metrics.k8s.io", true).await;
     assert_eq!((code, v["kind"].as_str()), (200, Some("APIGroup")));
-    empty.direct.ingest("node-2", report("node-h100-timesliced.prom"));
+    empty.direct.ingest([("node-2".to_owned(), report("node-h100-timesliced.prom"))]);
     let (_, v, _) = call(&empty, "/apis/custom.metrics.k8s.io/v1beta2", true).await;
     let names: Vec<&str> = v["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
     // Time-sliced pods have utilization and memory, but hold no whole GPU: no pod power.
@@ -262,7 +264,7 @@ async fn readiness_and_openapi() {
     assert_eq!(resp.status(), 503);
     let text = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
     assert!(text.contains("[-]direct-source failed"), "{text}");
-    w.direct.ingest("n", Report::default());
+    w.direct.ingest([("n".to_owned(), Report::default())]);
     let resp =
         api::router(w.state.clone()).oneshot(http::Request::get("/readyz").body(Body::empty()).unwrap()).await.unwrap();
     assert_eq!(resp.status(), 200);

@@ -4,7 +4,7 @@
 
 use gpu_metrics_adapter::expfmt::{Format, Limits, parse};
 use gpu_metrics_adapter::selector::Selector;
-use gpu_metrics_adapter::source::direct::model::{FAMILIES, GpuMetric, Report, Snapshot};
+use gpu_metrics_adapter::source::direct::model::{FAMILIES, GpuMetric, Names, Report, Snapshot};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -24,8 +24,8 @@ fuzz_target!(|data: &[u8]| {
         let report = Report::from_samples(&samples, 0);
         let snap = Snapshot::build([&report]);
         for m in GpuMetric::ALL {
-            let _ = snap.pods("ns", |_| true, m, &Selector::everything(), 0);
-            let _ = snap.nodes(|_| true, m, &Selector::everything(), 0);
+            let _ = snap.pods("ns", Names::All, m, &Selector::everything(), 0);
+            let _ = snap.nodes(Names::All, m, &Selector::everything(), 0);
         }
     }
 });

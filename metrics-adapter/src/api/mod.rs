@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use self::error::ApiError;
 use self::path::{ApiPath, Target};
-use self::types::{GROUP, MetricValue, ObjectReference, Version};
+use self::types::{GROUP, Version};
 use crate::auth::authn::Authenticator;
 use crate::auth::authz::{Attributes, Authorizer, Decision};
 use crate::auth::{PeerCertificates, UserInfo};
@@ -300,21 +300,14 @@ async fn read_metric(
         source::Error::Internal(m) => ApiError::Internal(m),
     })?;
     let selector = (!q.metric_selector.is_empty()).then(|| q.metric_selector.to_label_selector());
-    let items: Vec<MetricValue> = points
-        .into_iter()
+    let items: Vec<types::Item<'_>> = points
+        .iter()
         .filter_map(|p| {
-            Some(MetricValue {
-                described_object: ObjectReference {
-                    kind: info.kind.clone(),
-                    namespace: namespace.map(str::to_owned),
-                    name: p.name.to_string(),
-                    api_version: info.api_version.clone(),
-                },
-                metric: metric.to_owned(),
+            Some(types::Item {
+                name: &p.name,
                 timestamp_ms: p.timestamp_ms,
                 window_seconds: p.window_seconds,
                 value: Quantity::from_f64(p.value)?,
-                selector: selector.clone(),
             })
         })
         .collect();
@@ -323,7 +316,14 @@ async fn read_metric(
     {
         return Err(ApiError::metric_not_found_for(resource, metric, n));
     }
-    Ok(json_bytes(types::metric_value_list(version, &items)))
+    let ctx = types::ListContext {
+        kind: &info.kind,
+        namespace,
+        api_version: &info.api_version,
+        metric,
+        selector: selector.as_ref(),
+    };
+    Ok(json_bytes(types::metric_value_list(version, &ctx, items.into_iter())))
 }
 
 #[cfg(test)]

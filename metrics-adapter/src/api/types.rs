@@ -5,6 +5,8 @@
 //! the core group), `metav1.Time` as RFC 3339 seconds in UTC, `metav1.Status`, and the
 //! discovery documents (`APIGroupList`, `APIGroup`, `APIResourceList`).
 
+use std::fmt::Write as _;
+
 use serde::Serialize;
 
 use crate::quantity::Quantity;
@@ -49,119 +51,140 @@ impl Version {
     }
 }
 
-/// `v1.ObjectReference`, the fields adapters set, in Go's field order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObjectReference {
+/// What all items of one `MetricValueList` share: the described objects' kind, namespace
+/// and `apiVersion` (as Go adapters write it: `/v1` for the core group), the metric name
+/// and the metric selector the request used.
+#[derive(Debug, Clone, Copy)]
+pub struct ListContext<'a> {
     /// e.g. `Pod`
-    pub kind: String,
+    pub kind: &'a str,
     /// Set for namespaced objects.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    /// Object name.
-    pub name: String,
-    /// `group/version`; `/v1` for the core group, as Go adapters build it.
-    pub api_version: String,
+    pub namespace: Option<&'a str>,
+    /// `group/version`.
+    pub api_version: &'a str,
+    /// Metric name.
+    pub metric: &'a str,
+    /// The `metricLabelSelector` of the request, if any.
+    pub selector: Option<&'a LabelSelector>,
 }
 
-/// A metric value for one object, version independent.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MetricValue {
-    /// The object the value describes.
-    pub described_object: ObjectReference,
-    /// Metric name.
-    pub metric: String,
+/// One object's value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Item<'a> {
+    /// Object name.
+    pub name: &'a str,
     /// Observation time, ms since the epoch.
     pub timestamp_ms: i64,
     /// Window the value was computed over, if it is a rate.
     pub window_seconds: Option<i64>,
     /// The value.
     pub value: Quantity,
-    /// The metric selector the request used, if any.
-    pub selector: Option<LabelSelector>,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ItemV1Beta1<'a> {
-    described_object: &'a ObjectReference,
-    metric_name: &'a str,
-    timestamp: String,
-    #[serde(rename = "window", skip_serializing_if = "Option::is_none")]
-    window_seconds: Option<i64>,
-    value: Quantity,
-    // No omitempty on this field in v1beta1: Go writes `"selector": null`.
-    selector: Option<&'a LabelSelector>,
+/// Appends `s` as a JSON string literal.
+fn push_json_str(out: &mut String, s: &str) {
+    out.push('"');
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push_str(s);
+    } else {
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if (c as u32) < 0x20 => {
+                    let _ = write!(out, "\\u{:04x}", c as u32);
+                }
+                c => out.push(c),
+            }
+        }
+    }
+    out.push('"');
 }
 
-#[derive(Serialize)]
-struct MetricIdentifier<'a> {
-    name: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    selector: Option<&'a LabelSelector>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ItemV1Beta2<'a> {
-    described_object: &'a ObjectReference,
-    metric: MetricIdentifier<'a>,
-    timestamp: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    window_seconds: Option<i64>,
-    value: Quantity,
-}
-
-#[derive(Serialize, Default)]
-struct EmptyMeta {}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct List<T> {
-    kind: &'static str,
-    api_version: String,
-    metadata: EmptyMeta,
-    items: Vec<T>,
-}
-
-/// Serializes a `MetricValueList` in the given version.
-pub fn metric_value_list(version: Version, items: &[MetricValue]) -> Vec<u8> {
-    let api_version = version.group_version();
-    let result = match version {
-        Version::V1Beta1 => serde_json::to_vec(&List {
-            kind: "MetricValueList",
-            api_version,
-            metadata: EmptyMeta {},
-            items: items
-                .iter()
-                .map(|m| ItemV1Beta1 {
-                    described_object: &m.described_object,
-                    metric_name: &m.metric,
-                    timestamp: rfc3339(m.timestamp_ms),
-                    window_seconds: m.window_seconds,
-                    value: m.value,
-                    selector: m.selector.as_ref(),
-                })
-                .collect(),
-        }),
-        Version::V1Beta2 => serde_json::to_vec(&List {
-            kind: "MetricValueList",
-            api_version,
-            metadata: EmptyMeta {},
-            items: items
-                .iter()
-                .map(|m| ItemV1Beta2 {
-                    described_object: &m.described_object,
-                    metric: MetricIdentifier { name: &m.metric, selector: m.selector.as_ref() },
-                    timestamp: rfc3339(m.timestamp_ms),
-                    window_seconds: m.window_seconds,
-                    value: m.value,
-                })
-                .collect(),
-        }),
+/// Serializes a `MetricValueList` in the given version, field for field as the Go structs
+/// encode: v1beta1 items are `describedObject`, `metricName`, `timestamp`, `window`
+/// (omitted when unset), `value`, `selector` (written as `null` when unset); v1beta2 items
+/// are `describedObject`, `metric` (`name`, `selector` omitted when unset), `timestamp`,
+/// `windowSeconds` (omitted when unset), `value`. The parts every item shares are encoded
+/// once per list.
+pub fn metric_value_list<'a>(
+    version: Version,
+    ctx: &ListContext<'_>,
+    items: impl ExactSizeIterator<Item = Item<'a>>,
+) -> Vec<u8> {
+    let mut prefix = String::from("{\"describedObject\":{\"kind\":");
+    push_json_str(&mut prefix, ctx.kind);
+    if let Some(ns) = ctx.namespace {
+        prefix.push_str(",\"namespace\":");
+        push_json_str(&mut prefix, ns);
+    }
+    prefix.push_str(",\"name\":");
+    let selector = ctx.selector.map(|s| serde_json::to_string(s).unwrap_or_else(|_| "null".into()));
+    let mut middle = String::from(",\"apiVersion\":");
+    push_json_str(&mut middle, ctx.api_version);
+    middle.push_str("},");
+    match version {
+        Version::V1Beta1 => {
+            middle.push_str("\"metricName\":");
+            push_json_str(&mut middle, ctx.metric);
+        }
+        Version::V1Beta2 => {
+            middle.push_str("\"metric\":{\"name\":");
+            push_json_str(&mut middle, ctx.metric);
+            if let Some(sel) = &selector {
+                middle.push_str(",\"selector\":");
+                middle.push_str(sel);
+            }
+            middle.push('}');
+        }
+    }
+    middle.push_str(",\"timestamp\":\"");
+    let window_key = match version {
+        Version::V1Beta1 => ",\"window\":",
+        Version::V1Beta2 => ",\"windowSeconds\":",
     };
-    // Serializing these plain structs cannot fail; an empty body would be caught by clients.
-    result.unwrap_or_default()
+    let suffix = match (version, &selector) {
+        (Version::V1Beta1, Some(sel)) => format!(",\"selector\":{sel}}}"),
+        (Version::V1Beta1, None) => ",\"selector\":null}".to_owned(),
+        (Version::V1Beta2, _) => "}".to_owned(),
+    };
+
+    let mut out = String::with_capacity(96 + items.len() * (prefix.len() + middle.len() + suffix.len() + 64));
+    out.push_str("{\"kind\":\"MetricValueList\",\"apiVersion\":");
+    push_json_str(&mut out, &version.group_version());
+    out.push_str(",\"metadata\":{},\"items\":[");
+    let mut last_second: Option<(i64, String)> = None;
+    for (i, item) in items.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&prefix);
+        push_json_str(&mut out, item.name);
+        out.push_str(&middle);
+        let second = item.timestamp_ms.div_euclid(1000);
+        match &last_second {
+            Some((s, text)) if *s == second => out.push_str(text),
+            _ => {
+                let text = rfc3339(item.timestamp_ms);
+                out.push_str(&text);
+                last_second = Some((second, text));
+            }
+        }
+        out.push('"');
+        if let Some(w) = item.window_seconds {
+            out.push_str(window_key);
+            let _ = write!(out, "{w}");
+        }
+        out.push_str(",\"value\":\"");
+        let _ = write!(out, "{}", item.value);
+        out.push('"');
+        out.push_str(&suffix);
+    }
+    out.push_str("]}");
+    out.into_bytes()
 }
 
 /// `metav1.Time` text: RFC 3339 with seconds, UTC (`2024-05-01T12:00:00Z`).
@@ -347,31 +370,38 @@ mod tests {
     use super::*;
     use crate::selector::Selector;
 
-    fn item(selector: Option<LabelSelector>, window: Option<i64>) -> MetricValue {
-        MetricValue {
-            described_object: ObjectReference {
-                kind: "Pod".into(),
-                namespace: Some("ai-inference".into()),
-                name: "inference-pool-0".into(),
-                api_version: "/v1".into(),
-            },
-            metric: "gpu_utilization".into(),
-            timestamp_ms: 1_714_564_800_123,
-            window_seconds: window,
-            value: Quantity::from_f64(0.85).unwrap(),
+    fn ctx(selector: Option<&LabelSelector>) -> ListContext<'_> {
+        ListContext {
+            kind: "Pod",
+            namespace: Some("ai-inference"),
+            api_version: "/v1",
+            metric: "gpu_utilization",
             selector,
         }
     }
 
+    fn item(window: Option<i64>) -> Item<'static> {
+        Item {
+            name: "inference-pool-0",
+            timestamp_ms: 1_714_564_800_123,
+            window_seconds: window,
+            value: Quantity::from_f64(0.85).unwrap(),
+        }
+    }
+
+    fn list(version: Version, ctx: &ListContext<'_>, items: Vec<Item<'_>>) -> String {
+        String::from_utf8(metric_value_list(version, ctx, items.into_iter())).unwrap()
+    }
+
     #[test]
     fn v1beta2_list_matches_go_json() {
-        let json = String::from_utf8(metric_value_list(Version::V1Beta2, &[item(None, None)])).unwrap();
+        let json = list(Version::V1Beta2, &ctx(None), vec![item(None)]);
         assert_eq!(
             json,
             r#"{"kind":"MetricValueList","apiVersion":"custom.metrics.k8s.io/v1beta2","metadata":{},"items":[{"describedObject":{"kind":"Pod","namespace":"ai-inference","name":"inference-pool-0","apiVersion":"/v1"},"metric":{"name":"gpu_utilization"},"timestamp":"2024-05-01T12:00:00Z","value":"850m"}]}"#
         );
         let sel = Selector::parse("mig_profile=3g.40gb").unwrap().to_label_selector();
-        let json = String::from_utf8(metric_value_list(Version::V1Beta2, &[item(Some(sel), Some(60))])).unwrap();
+        let json = list(Version::V1Beta2, &ctx(Some(&sel)), vec![item(Some(60))]);
         assert!(
             json.contains(
                 r#""metric":{"name":"gpu_utilization","selector":{"matchLabels":{"mig_profile":"3g.40gb"}}}"#
@@ -383,16 +413,42 @@ mod tests {
 
     #[test]
     fn v1beta1_list_matches_go_json() {
-        let json = String::from_utf8(metric_value_list(Version::V1Beta1, &[item(None, Some(30))])).unwrap();
+        let json = list(Version::V1Beta1, &ctx(None), vec![item(Some(30))]);
         assert_eq!(
             json,
             r#"{"kind":"MetricValueList","apiVersion":"custom.metrics.k8s.io/v1beta1","metadata":{},"items":[{"describedObject":{"kind":"Pod","namespace":"ai-inference","name":"inference-pool-0","apiVersion":"/v1"},"metricName":"gpu_utilization","timestamp":"2024-05-01T12:00:00Z","window":30,"value":"850m","selector":null}]}"#
         );
-        let empty = String::from_utf8(metric_value_list(Version::V1Beta1, &[])).unwrap();
+        let empty = list(Version::V1Beta1, &ctx(None), vec![]);
         assert_eq!(
             empty,
             r#"{"kind":"MetricValueList","apiVersion":"custom.metrics.k8s.io/v1beta1","metadata":{},"items":[]}"#
         );
+    }
+
+    #[test]
+    fn lists_are_valid_json_whatever_the_names() {
+        let sel = Selector::parse("a in (x,y),!b").unwrap().to_label_selector();
+        let nodes =
+            ListContext { kind: "Node", namespace: None, api_version: "/v1", metric: "m\"x", selector: Some(&sel) };
+        let names = ["plain", "quo\"te", "back\\slash", "ctl\u{1}\n", "ünï"];
+        for version in [Version::V1Beta1, Version::V1Beta2] {
+            let items: Vec<Item<'_>> = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Item {
+                    name: n,
+                    timestamp_ms: 1000 * i as i64,
+                    window_seconds: Some(i as i64),
+                    value: Quantity::from_i64(i as i64),
+                })
+                .collect();
+            let v: serde_json::Value = serde_json::from_str(&list(version, &nodes, items)).unwrap();
+            let got: Vec<&str> =
+                v["items"].as_array().unwrap().iter().map(|i| i["describedObject"]["name"].as_str().unwrap()).collect();
+            assert_eq!(got, names);
+            assert!(v["items"][0]["describedObject"].get("namespace").is_none());
+            assert_eq!(v["items"][2]["timestamp"], "1970-01-01T00:00:02Z");
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub enum Objects {
     All,
     /// One named object.
     One(String),
-    /// The objects a label selector picked (possibly none).
+    /// The objects a label selector picked (possibly none), in ascending order.
     Names(Vec<Arc<str>>),
 }
 

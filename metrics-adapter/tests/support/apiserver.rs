@@ -270,10 +270,19 @@ async fn pods(State(fake): State<Fake>, headers: HeaderMap, Query(q): Query<BTre
         });
         return (StatusCode::OK, [("content-type", "application/json")], Body::from_stream(stream)).into_response();
     }
+    // Paged like the real API server: `limit` items per page, `continue` to resume.
+    let pods = fake.pods.lock().unwrap().clone();
+    let start: usize = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
+    let end = start.saturating_add(limit).min(pods.len());
     let items: Vec<Value> =
-        fake.pods.lock().unwrap().iter().map(|(ns, name, labels)| pod_meta(ns, name, labels, rv)).collect();
+        pods[start.min(end)..end].iter().map(|(ns, name, labels)| pod_meta(ns, name, labels, rv)).collect();
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if end < pods.len() {
+        metadata["continue"] = json!(end.to_string());
+    }
     json_response(
-        json!({"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion": rv.to_string()},"items":items}),
+        json!({"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":metadata,"items":items}),
     )
 }
 

@@ -229,12 +229,16 @@ pub type TlsClient =
     Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Empty<Bytes>>;
 
 pub fn tls_client(pki: &Pki, identity: Option<&Pair>) -> TlsClient {
+    // TCP_NODELAY, as Go clients (the aggregator, kubectl) set it by default.
+    let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+    tcp.set_nodelay(true);
+    tcp.enforce_http(false);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(client_config(pki, identity))
         .https_only()
         .enable_http1()
         .enable_http2()
-        .build();
+        .wrap_connector(tcp);
     Client::builder(TokioExecutor::new()).build(connector)
 }
 
@@ -253,15 +257,25 @@ impl Answer {
 }
 
 pub async fn get(client: &TlsClient, addr: SocketAddr, path_and_query: &str, headers: &[(&str, &str)]) -> Answer {
+    try_get(client, addr, path_and_query, headers).await.expect("the adapter answers")
+}
+
+/// Like [`get`], but `None` when the connection or exchange fails.
+pub async fn try_get(
+    client: &TlsClient,
+    addr: SocketAddr,
+    path_and_query: &str,
+    headers: &[(&str, &str)],
+) -> Option<Answer> {
     let mut req = http::Request::get(format!("https://localhost:{}{path_and_query}", addr.port()));
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let resp = client.request(req.body(Empty::new()).unwrap()).await.unwrap();
+    let resp = client.request(req.body(Empty::new()).unwrap()).await.ok()?;
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    Answer { status, headers, body: String::from_utf8_lossy(&body).into_owned() }
+    let body = resp.into_body().collect().await.ok()?.to_bytes();
+    Some(Answer { status, headers, body: String::from_utf8_lossy(&body).into_owned() })
 }
 
 /// Sends raw bytes over TLS and returns the raw response text (for requests an HTTP

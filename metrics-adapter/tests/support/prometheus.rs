@@ -23,6 +23,16 @@ fn free_port() -> u16 {
 impl Prometheus {
     /// Starts Prometheus scraping `targets` (host:port, path /metrics) every `interval`.
     pub async fn start(targets: &[SocketAddr], interval: &str) -> Self {
+        Self::start_on(free_port(), targets, interval).await
+    }
+
+    /// A free loopback port to start Prometheus on later.
+    pub fn reserve_port() -> u16 {
+        free_port()
+    }
+
+    /// Like [`Prometheus::start`], on a given loopback port.
+    pub async fn start_on(port: u16, targets: &[SocketAddr], interval: &str) -> Self {
         let bin = binary().expect("prometheus binary (apt-get install -y prometheus)");
         let dir = tempfile::tempdir().unwrap();
         let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
@@ -32,7 +42,6 @@ impl Prometheus {
         );
         let cfg_path = dir.path().join("prometheus.yml");
         std::fs::write(&cfg_path, cfg).unwrap();
-        let port = free_port();
         let child = tokio::process::Command::new(bin)
             .arg(format!("--config.file={}", cfg_path.display()))
             .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))

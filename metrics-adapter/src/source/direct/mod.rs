@@ -21,7 +21,7 @@ use futures::StreamExt;
 use http_body_util::Full;
 
 use self::discovery::{Target, Targets};
-use self::model::{GpuMetric, Kind, Report, Snapshot};
+use self::model::{GpuMetric, Kind, Names, Report, Snapshot};
 use super::{Listed, Objects, Point, Request};
 use crate::expfmt::{self, Format, Limits};
 use crate::http_client::HttpClient;
@@ -195,28 +195,24 @@ impl DirectSource {
         let snap = self.snapshot.load();
         let fresh = self.fresh_after();
         let sel = req.metric_selector;
-        let names: Option<HashSet<&str>> = match req.objects {
-            Objects::Names(n) => Some(n.iter().map(|s| &**s).collect()),
-            _ => None,
-        };
-        let keep = |name: &str| match (req.objects, &names) {
-            (_, Some(set)) => set.contains(name),
-            (Objects::One(n), _) => n == name,
-            _ => true,
+        let sorted: Vec<Arc<str>>;
+        let names = match req.objects {
+            Objects::All => Names::All,
+            Objects::One(n) => Names::One(n),
+            Objects::Names(v) if v.is_sorted() => Names::Sorted(v),
+            Objects::Names(v) => {
+                let mut v = v.clone();
+                v.sort();
+                sorted = v;
+                Names::Sorted(&sorted)
+            }
         };
         let values = match kind {
             Kind::Pods => {
                 let Some(ns) = req.namespace else { return Vec::new() };
-                match req.objects {
-                    Objects::One(pod) => snap
-                        .pod(ns, pod, metric, sel, fresh)
-                        .map(|value| model::ObjectValue { name: Arc::from(pod.as_str()), value })
-                        .into_iter()
-                        .collect(),
-                    _ => snap.pods(ns, keep, metric, sel, fresh),
-                }
+                snap.pods(ns, names, metric, sel, fresh)
             }
-            Kind::Nodes => snap.nodes(keep, metric, sel, fresh),
+            Kind::Nodes => snap.nodes(names, metric, sel, fresh),
             Kind::Namespaces => match req.objects {
                 Objects::One(ns) => snap
                     .namespace(ns, metric, sel, fresh)
@@ -259,11 +255,13 @@ impl DirectSource {
         Ok(Report::from_samples(&samples, fetched_at))
     }
 
-    /// Stores a report as if `url` had just been scraped, and rebuilds the snapshot
+    /// Stores reports as if their URLs had just been scraped, and rebuilds the snapshot
     /// (for tests and benchmarks that feed data without exporters).
-    pub fn ingest(&self, url: &str, report: Report) {
+    pub fn ingest(&self, reports: impl IntoIterator<Item = (String, Report)>) {
         let mut kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        kept.insert(url.to_owned(), Kept { report: Arc::new(report), fetched_at_ms: now_ms() });
+        for (url, report) in reports {
+            kept.insert(url, Kept { report: Arc::new(report), fetched_at_ms: now_ms() });
+        }
         self.snapshot.store(Arc::new(Snapshot::build(kept.values().map(|k| &*k.report))));
         self.ready.store(true, Ordering::Release);
     }

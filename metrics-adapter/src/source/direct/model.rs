@@ -163,7 +163,9 @@ impl Report {
             if !s.value.is_finite() {
                 continue;
             }
-            let value = Value { v: s.value, at_ms: s.timestamp_ms.unwrap_or(fetched_at_ms) };
+            // A timestamp from the future (a skewed exporter clock) must not keep a value
+            // alive past max age: it counts as observed when fetched.
+            let value = Value { v: s.value, at_ms: s.timestamp_ms.map_or(fetched_at_ms, |t| t.min(fetched_at_ms)) };
             let opt = |k: &str, i: &mut Interner| s.label(k).filter(|v| !v.is_empty()).map(|v| i.get(v));
             match s.name.as_str() {
                 "gpu_pod_utilization" | "gpu_pod_memory_used_bytes" => {
@@ -404,6 +406,37 @@ pub struct Snapshot {
     nodes: BTreeMap<Arc<str>, Vec<NodeDevice>>,
 }
 
+/// Which objects of an index to visit.
+#[derive(Debug, Clone, Copy)]
+pub enum Names<'a> {
+    /// All of them.
+    All,
+    /// One by name.
+    One(&'a str),
+    /// Those named, given in ascending order (as the label store returns them): visited by
+    /// a merge join, with no hashing.
+    Sorted(&'a [Arc<str>]),
+}
+
+impl<'a> Names<'a> {
+    fn pick<'m, V>(self, map: &'m BTreeMap<Arc<str>, V>) -> Box<dyn Iterator<Item = (&'m Arc<str>, &'m V)> + 'm>
+    where
+        'a: 'm,
+    {
+        match self {
+            Names::All => Box::new(map.iter()),
+            Names::One(n) => Box::new(map.get_key_value(n).into_iter()),
+            Names::Sorted(wanted) => {
+                let mut wanted = wanted.iter().peekable();
+                Box::new(map.iter().filter(move |(name, _)| {
+                    while wanted.next_if(|w| ***w < ***name).is_some() {}
+                    wanted.next_if(|w| ***w == ***name).is_some()
+                }))
+            }
+        }
+    }
+}
+
 /// One object's aggregated value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ObjectValue {
@@ -485,18 +518,18 @@ impl Snapshot {
         Self::pod_value(entries, metric, sel, fresh_after_ms)
     }
 
-    /// Values of the pods of a namespace that `keep` accepts, sorted by pod name.
+    /// Values of the pods of a namespace among `names`, sorted by pod name.
     pub fn pods(
         &self,
         ns: &str,
-        keep: impl Fn(&str) -> bool,
+        names: Names<'_>,
         metric: GpuMetric,
         sel: &Selector,
         fresh_after_ms: i64,
     ) -> Vec<ObjectValue> {
         let Some(pods) = self.pods.get(ns) else { return Vec::new() };
-        pods.iter()
-            .filter(|(name, _)| keep(name))
+        names
+            .pick(pods)
             .filter_map(|(name, entries)| {
                 Self::pod_value(entries, metric, sel, fresh_after_ms)
                     .map(|value| ObjectValue { name: name.clone(), value })
@@ -512,18 +545,11 @@ impl Snapshot {
         aggregate(values, agg, fresh_after_ms)
     }
 
-    /// Values of the nodes `keep` accepts, sorted by node name.
-    pub fn nodes(
-        &self,
-        keep: impl Fn(&str) -> bool,
-        metric: GpuMetric,
-        sel: &Selector,
-        fresh_after_ms: i64,
-    ) -> Vec<ObjectValue> {
+    /// Values of the nodes among `names`, sorted by node name.
+    pub fn nodes(&self, names: Names<'_>, metric: GpuMetric, sel: &Selector, fresh_after_ms: i64) -> Vec<ObjectValue> {
         let Some(agg) = metric.aggregation(Kind::Nodes) else { return Vec::new() };
-        self.nodes
-            .iter()
-            .filter(|(name, _)| keep(name))
+        names
+            .pick(&self.nodes)
             .filter_map(|(name, devices)| {
                 let values = devices
                     .iter()
@@ -649,10 +675,25 @@ gpu_pod_memory_used_bytes{namespace="ai",pod="ts-b",container="c",uuid="GPU-3"} 
     fn metric_selector_narrows_to_mig_profile() {
         let s = snap();
         let sel = Selector::parse("mig_profile=3g.40gb").unwrap();
-        let got: Vec<_> = s.pods("ai", |_| true, GpuMetric::Utilization, &sel, 0).into_iter().map(|o| o.name).collect();
+        let got: Vec<_> =
+            s.pods("ai", Names::All, GpuMetric::Utilization, &sel, 0).into_iter().map(|o| o.name).collect();
         assert_eq!(got, vec![Arc::from("llm")]);
         let sel = Selector::parse("mig_profile in (3g.40gb,1g.10gb)").unwrap();
-        assert_eq!(s.pods("ai", |_| true, GpuMetric::Utilization, &sel, 0).len(), 2);
+        assert_eq!(s.pods("ai", Names::All, GpuMetric::Utilization, &sel, 0).len(), 2);
+    }
+
+    #[test]
+    fn sorted_names_are_merge_joined() {
+        let s = snap();
+        let names: Vec<Arc<str>> = ["aaa", "embed", "llm", "nope", "ts-b", "zzz"].into_iter().map(Arc::from).collect();
+        let got: Vec<Arc<str>> = s
+            .pods("ai", Names::Sorted(&names), GpuMetric::Utilization, &everything(), 0)
+            .into_iter()
+            .map(|o| o.name)
+            .collect();
+        assert_eq!(got, vec![Arc::from("embed"), Arc::from("llm"), Arc::from("ts-b")]);
+        assert!(s.pods("ai", Names::Sorted(&[]), GpuMetric::Utilization, &everything(), 0).is_empty());
+        assert_eq!(s.pods("ai", Names::One("llm"), GpuMetric::Utilization, &everything(), 0).len(), 1);
     }
 
     #[test]
@@ -666,22 +707,22 @@ gpu_pod_memory_used_bytes{namespace="ai",pod="ts-b",container="c",uuid="GPU-3"} 
         assert_eq!(ns(GpuMetric::MemoryUtilization), None);
         assert_eq!(s.namespace("other", GpuMetric::Utilization, &everything(), 0), None);
 
-        let nodes = s.nodes(|_| true, GpuMetric::Utilization, &everything(), 0);
+        let nodes = s.nodes(Names::All, GpuMetric::Utilization, &everything(), 0);
         assert_eq!(nodes.len(), 1);
         // GPU-0 80, GPU-1 60, MIG 50 and 20 (the parent's 99 double counts them), GPU-3 40
         assert_eq!(nodes[0].value.v, (80.0 + 60.0 + 50.0 + 20.0 + 40.0) / 5.0);
-        let power = s.nodes(|_| true, GpuMetric::PowerUsageWatts, &everything(), 0);
+        let power = s.nodes(Names::All, GpuMetric::PowerUsageWatts, &everything(), 0);
         assert_eq!(power[0].value.v, 300.0 + 200.0 + 250.0 + 150.0);
         let h100 = Selector::parse("gpu in (0,1)").unwrap();
-        assert_eq!(s.nodes(|n| n == "n1", GpuMetric::Utilization, &h100, 0)[0].value.v, 70.0);
-        assert!(s.nodes(|n| n == "n2", GpuMetric::Utilization, &everything(), 0).is_empty());
+        assert_eq!(s.nodes(Names::One("n1"), GpuMetric::Utilization, &h100, 0)[0].value.v, 70.0);
+        assert!(s.nodes(Names::One("n2"), GpuMetric::Utilization, &everything(), 0).is_empty());
     }
 
     #[test]
     fn stale_values_are_missing_not_zero() {
         let s = snap();
         assert_eq!(s.pod("ai", "p1", GpuMetric::Utilization, &everything(), T + 1), None);
-        assert!(s.pods("ai", |_| true, GpuMetric::Utilization, &everything(), T + 1).is_empty());
+        assert!(s.pods("ai", Names::All, GpuMetric::Utilization, &everything(), T + 1).is_empty());
         assert!(s.available(T + 1).is_empty());
         assert_eq!(s.pod("ai", "p1", GpuMetric::Utilization, &everything(), T).map(|v| v.v), Some(70.0));
     }
@@ -705,6 +746,17 @@ gpu_pod_memory_used_bytes{namespace="ai",pod="ts-b",container="c",uuid="GPU-3"} 
         let big = Value { v: f64::MAX, at_ms: 0 };
         assert_eq!(aggregate([big, big].into_iter(), Agg::Sum, 0), None);
         assert_eq!(aggregate([big].into_iter(), Agg::Sum, 0), Some(big));
+    }
+
+    #[test]
+    fn future_timestamps_count_as_fetch_time() {
+        let r = report(&format!(
+            "gpu_utilization{{node=\"n\",gpu=\"0\",uuid=\"a\",namespace=\"x\",pod=\"p\"}} 10 {}\n",
+            T * 2
+        ));
+        let s = Snapshot::build([&r]);
+        assert_eq!(s.pod("x", "p", GpuMetric::Utilization, &everything(), 0).unwrap().at_ms, T);
+        assert_eq!(s.pod("x", "p", GpuMetric::Utilization, &everything(), T + 1), None);
     }
 
     #[test]
@@ -732,6 +784,6 @@ gpu_pod_memory_used_bytes{namespace="ai",pod="ts-b",container="c",uuid="GPU-3"} 
         let s = Snapshot::build([&a, &b]);
         assert_eq!(s.pod("x", "p", GpuMetric::Utilization, &everything(), 0).map(|v| v.v), Some(20.0));
         assert_eq!(s.pod_count(), 1);
-        assert_eq!(s.nodes(|_| true, GpuMetric::Utilization, &everything(), 0).len(), 2);
+        assert_eq!(s.nodes(Names::All, GpuMetric::Utilization, &everything(), 0).len(), 2);
     }
 }
