@@ -71,13 +71,18 @@ pub enum Command {
 #[derive(Debug, Clone, ClapArgs)]
 pub struct DevCertsArgs {
     /// Directory to write into (created if missing).
-    #[arg(long, default_value = "adapter-dev-certs")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_DEV_CERTS_OUT", default_value = "adapter-dev-certs")]
     pub out: PathBuf,
     /// Server URL written into the kubeconfig.
-    #[arg(long, default_value = "https://127.0.0.1:6443")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_DEV_CERTS_SERVER", default_value = "https://127.0.0.1:6443")]
     pub server: String,
     /// Host names and IPs for the serving certificate.
-    #[arg(long, value_delimiter = ',', default_value = "localhost,127.0.0.1")]
+    #[arg(
+        long,
+        env = "GPU_METRICS_ADAPTER_DEV_CERTS_HOSTS",
+        value_delimiter = ',',
+        default_value = "localhost,127.0.0.1"
+    )]
     pub hosts: Vec<String>,
 }
 

@@ -60,28 +60,47 @@ impl Quantity {
     }
 }
 
+/// Canonical (mantissa, exponent): no trailing zeros beyond what makes the exponent a
+/// multiple of three. The `i64` path avoids 128-bit division for every realistic value.
+fn canonical(mantissa: i128, exponent: i32) -> (i128, i32) {
+    let (mut m, mut e) = match i64::try_from(mantissa) {
+        Ok(mut small) => {
+            let mut e = exponent;
+            while small % 10 == 0 {
+                small /= 10;
+                e += 1;
+            }
+            (i128::from(small), e)
+        }
+        Err(_) => {
+            let (mut m, mut e) = (mantissa, exponent);
+            while m % 10 == 0 {
+                m /= 10;
+                e += 1;
+            }
+            (m, e)
+        }
+    };
+    match e.rem_euclid(3) {
+        1 => {
+            m *= 10;
+            e -= 1;
+        }
+        2 => {
+            m *= 100;
+            e -= 2;
+        }
+        _ => {}
+    }
+    (m, e)
+}
+
 impl fmt::Display for Quantity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.mantissa == 0 {
             return f.write_str("0");
         }
-        let mut mantissa = self.mantissa;
-        let mut exponent = self.exponent;
-        while mantissa % 10 == 0 {
-            mantissa /= 10;
-            exponent += 1;
-        }
-        match exponent.rem_euclid(3) {
-            1 => {
-                mantissa *= 10;
-                exponent -= 1;
-            }
-            2 => {
-                mantissa *= 100;
-                exponent -= 2;
-            }
-            _ => {}
-        }
+        let (mantissa, exponent) = canonical(self.mantissa, self.exponent);
         let suffix = match exponent {
             -9 => "n",
             -6 => "u",
@@ -95,7 +114,29 @@ impl fmt::Display for Quantity {
             18 => "E",
             _ => return write!(f, "{mantissa}e{exponent}"),
         };
-        write!(f, "{mantissa}{suffix}")
+        match i64::try_from(mantissa) {
+            Ok(m) => {
+                let mut buf = [0u8; 24];
+                let mut i = buf.len();
+                let mut n = m.unsigned_abs();
+                loop {
+                    i -= 1;
+                    buf[i] = b'0' + (n % 10) as u8;
+                    n /= 10;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                if m < 0 {
+                    i -= 1;
+                    buf[i] = b'-';
+                }
+                // Only ASCII digits and '-' were written.
+                f.write_str(std::str::from_utf8(&buf[i..]).unwrap_or_default())?;
+                f.write_str(suffix)
+            }
+            Err(_) => write!(f, "{mantissa}{suffix}"),
+        }
     }
 }
 
@@ -136,6 +177,8 @@ mod tests {
         assert_eq!(q(-2.5), "-2500m");
         assert_eq!(q(-3000.0), "-3k");
         assert_eq!(q(250.25), "250250m");
+        assert_eq!(q(-0.001), "-1m");
+        assert_eq!(q(9.2e15), "9200T");
     }
 
     #[test]

@@ -44,9 +44,13 @@ async fn inference_hpa_requests_are_answered_like_the_go_adapters() {
         (0..8).map(|i| (format!("inference-pool-6b7c9-{i}"), 150.0 + 12.5 * f64::from(i))).collect();
     let mut app_metrics = String::from("# TYPE request_latency_ms gauge\n");
     for (pod, v) in &latencies {
-        app_metrics.push_str(&format!("request_latency_ms{{namespace=\"ai-inference\",pod=\"{pod}\"}} {v}\n"));
+        app_metrics.push_str(&format!(
+            "request_latency_ms{{namespace=\"ai-inference\",deployment=\"inference-pool\",pod=\"{pod}\"}} {v}\n"
+        ));
     }
-    app_metrics.push_str("request_latency_ms{namespace=\"ai-inference\",pod=\"llm-server-7d9f8\"} 900\n");
+    app_metrics.push_str(
+        "request_latency_ms{namespace=\"ai-inference\",deployment=\"llm-server\",pod=\"llm-server-7d9f8\"} 900\n",
+    );
     let app = Exporter::start(Behavior::Serve(app_metrics)).await;
     let prom = support::prometheus::Prometheus::start(&[app.addr], "1s").await;
     prom.wait_for_series("request_latency_ms", 9).await;
@@ -81,7 +85,7 @@ async fn inference_hpa_requests_are_answered_like_the_go_adapters() {
     let kubeconfig = Fake::kubeconfig(api, pki.dir.path());
     let rules = pki.write(
         "rules.yaml",
-        "rules:\n  - name: request_latency_ms\n    query: 'avg by (<<.GroupBy>>) (request_latency_ms{<<.LabelMatchers>>})'\n    resources:\n      pods: { label: pod }\n",
+        "rules:\n  - name: request_latency_ms\n    query: 'avg by (<<.GroupBy>>) (request_latency_ms{<<.LabelMatchers>>})'\n    resources:\n      pods: { label: pod }\n      deployments.apps: { label: deployment }\n    window: 1m\n",
     );
     let mut flags = pki.serving_args();
     flags.extend([
@@ -158,6 +162,24 @@ async fn inference_hpa_requests_are_answered_like_the_go_adapters() {
         assert!((got - latencies[pod]).abs() < 1e-3, "{pod}: {got}");
         assert!((got - prom_values[pod]).abs() < 1e-3, "{pod}: adapter {got}, prometheus {}", prom_values[pod]);
     }
+
+    // An Object metric on the Deployment (dotted resource name), v1beta2 then v1beta1.
+    let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-inference/deployments.apps/inference-pool/request_latency_ms";
+    let a = get(&aggregator, adapter.addr, path, &headers).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let v = a.json();
+    assert_eq!(v["items"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        v["items"][0]["describedObject"],
+        json!({"kind": "Deployment", "namespace": "ai-inference", "name": "inference-pool", "apiVersion": "apps/v1"})
+    );
+    assert_eq!(v["items"][0]["windowSeconds"], 60);
+    let mean = latencies.values().sum::<f64>() / latencies.len() as f64;
+    assert!((quantity(v["items"][0]["value"].as_str().unwrap()) - mean).abs() < 1e-3, "{}", a.body);
+    let a = get(&aggregator, adapter.addr, &path.replace("v1beta2", "v1beta1"), &headers).await;
+    assert_eq!(a.json()["items"][0]["window"], 60);
+    let a = get(&aggregator, adapter.addr, &path.replace("inference-pool", "no-such-deployment"), &headers).await;
+    assert_eq!(a.status, 404, "{}", a.body);
 
     // What the controller computes from these answers (AverageValue targets 70 and 200).
     let avg = |items: &[Value]| {

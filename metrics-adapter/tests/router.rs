@@ -275,4 +275,6 @@ async fn readiness_and_openapi() {
     let url = v["paths"]["apis/custom.metrics.k8s.io/v1beta1"]["serverRelativeURL"].as_str().unwrap().to_owned();
     let (c, v, _) = call(&w, &url, true).await;
     assert_eq!((c, v["openapi"].as_str()), (200, Some("3.0.0")));
+    let (c, _, _) = call(&w, "/openapi/v3/apis/custom.metrics.k8s.io/extra/v1beta2", true).await;
+    assert_eq!(c, 404);
 }

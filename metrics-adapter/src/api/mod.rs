@@ -184,7 +184,10 @@ async fn route(state: &AppState, req: &http::request::Parts, user: &UserInfo) ->
         "/openapi/v2" => return Ok(json(&openapi::v2())),
         "/openapi/v3" => return Ok(json(&openapi::v3_index())),
         p if p.starts_with("/openapi/v3/apis/custom.metrics.k8s.io/") => {
-            let v = p.rsplit('/').next().and_then(Version::parse).ok_or_else(ApiError::not_found_path)?;
+            let v = p
+                .strip_prefix("/openapi/v3/apis/custom.metrics.k8s.io/")
+                .and_then(Version::parse)
+                .ok_or_else(ApiError::not_found_path)?;
             return Ok(json(&openapi::v3_group_version(v)));
         }
         _ => {}
