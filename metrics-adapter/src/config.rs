@@ -50,7 +50,7 @@ pub enum LogFormat {
 /// gpu-metrics-adapter: the Kubernetes custom metrics API (custom.metrics.k8s.io) for GPU
 /// metrics, scraping the GPU exporters directly and optionally querying Prometheus.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "gpu-metrics-adapter", version, about)]
+#[command(name = "gpu-metrics-adapter", version, about, args_override_self = true)]
 pub struct Cli {
     /// What to run (default: serve).
     #[command(subcommand)]
@@ -308,6 +308,9 @@ mod tests {
         .unwrap();
         assert_eq!(a.exporter_urls.len(), 2);
         assert_eq!(a.log_format, LogFormat::Json);
+        // A flag given twice takes the last value, as with Kubernetes components.
+        let a = Args::parse_from_args(["x", "--secure-port=1", "--secure-port=2"]).unwrap();
+        assert_eq!(a.secure_port, 2);
         assert!(Args::parse_from_args(["x", "--prometheus-url=http://p:9090"]).is_err());
         assert!(Args::parse_from_args(["x", "--tls-cert-file=a.pem"]).is_err());
         assert!(Args::parse_from_args(["x", "--scrape-interval=soon"]).is_err());

@@ -236,3 +236,34 @@ async fn kubectl_user_authorized_by_subject_access_review() {
     assert!(o.stderr.contains("(Forbidden)"), "{}", o.stderr);
     adapter.stop().await;
 }
+
+/// The README's demo: `dev-certs`, then the adapter standalone with that bundle, then
+/// `kubectl get --raw` with the written kubeconfig.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dev_certs_bundle_works_with_kubectl() {
+    let exporter = Exporter::start(Behavior::Serve(fixture("node-h100-timesliced.prom"))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let b = gpu_metrics_adapter::certs::write_dev_bundle(
+        &dir.path().join("certs"),
+        &format!("https://127.0.0.1:{port}"),
+        &["localhost", "127.0.0.1"],
+    )
+    .unwrap();
+    let adapter = support::start(&[
+        format!("--secure-port={port}"),
+        "--standalone".into(),
+        format!("--tls-cert-file={}", b.serving_cert.display()),
+        format!("--tls-private-key-file={}", b.serving_key.display()),
+        format!("--client-ca-file={}", b.ca.display()),
+        format!("--exporter-url={}", exporter.url()),
+    ])
+    .await;
+    let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-inference/pods/*/gpu_utilization";
+    support::eventually("demo answer", Duration::from_secs(10), async || {
+        let o = kubectl(dir.path(), &b.kubeconfig, path).await;
+        o.ok && o.stdout.contains("inference-pool-6b7c9-0")
+    })
+    .await;
+    adapter.stop().await;
+}
