@@ -289,7 +289,7 @@ async fn read_metric(
                 )
             })?;
             match store.select(resource, namespace, &q.label_selector) {
-                Ok(names) => Objects::Names(names),
+                Ok(names) => Objects::names(names),
                 Err(e @ crate::labels::Error::Unsupported(..)) => return Err(ApiError::BadRequest(e.to_string())),
                 Err(e @ crate::labels::Error::NotSynced(_)) => return Err(ApiError::Unavailable(e.to_string())),
             }

@@ -21,17 +21,26 @@ pub enum Objects {
     All,
     /// One named object.
     One(String),
-    /// The objects a label selector picked (possibly none), in ascending order.
+    /// The objects a label selector picked (possibly none), in ascending order without
+    /// duplicates: build it with [`Objects::names`].
     Names(Vec<Arc<str>>),
 }
 
 impl Objects {
-    /// Whether `name` is among these objects.
+    /// The objects named, sorted and de-duplicated (cheap when already sorted, as the
+    /// label store returns them).
+    pub fn names(mut names: Vec<Arc<str>>) -> Self {
+        names.sort_unstable();
+        names.dedup();
+        Objects::Names(names)
+    }
+
+    /// Whether `name` is among these objects (binary search for `Names`).
     pub fn contains(&self, name: &str) -> bool {
         match self {
             Objects::All => true,
             Objects::One(n) => n == name,
-            Objects::Names(names) => names.iter().any(|n| &**n == name),
+            Objects::Names(names) => names.binary_search_by(|n| (**n).cmp(name)).is_ok(),
         }
     }
 }
@@ -108,6 +117,21 @@ pub fn builtin_resource(resource: &str) -> Option<ResourceInfo> {
         _ => return None,
     };
     Some(ResourceInfo { kind: kind.into(), api_version: api_version.into(), namespaced })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_objects_are_sorted_and_searchable() {
+        let o = Objects::names(["c", "a", "b", "a"].into_iter().map(Arc::from).collect());
+        let Objects::Names(v) = &o else { panic!("names") };
+        assert_eq!(v.iter().map(|s| &**s).collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert!(o.contains("b") && !o.contains("d") && !o.contains(""));
+        assert!(Objects::All.contains("x"));
+        assert!(Objects::One("x".into()).contains("x") && !Objects::One("x".into()).contains("y"));
+    }
 }
 
 /// A discovery entry: `resource/metric`.
