@@ -1,0 +1,351 @@
+//! Benchmark that prints figures (not a timed test):
+//!
+//! * pods-query latency p50/p99 for 1,000 and 10,000 pods, asking the HPA's question
+//!   (`pods/*/metric?labelSelector=app=inference`) over TLS with front-proxy auth, from
+//!   the direct source and from the Prometheus source, and Prometheus's own instant-query
+//!   latency for the same PromQL as the floor;
+//! * resident memory of the adapter process at 10,000 pods;
+//! * time to refresh 1,000 simulated exporters on loopback.
+//!
+//! Run: `cargo bench -p gpu-metrics-adapter --bench adapter` (needs /usr/bin/prometheus).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use gpu_metrics_adapter::expfmt::Limits;
+use gpu_metrics_adapter::http_client::HttpClient;
+use gpu_metrics_adapter::source::direct::discovery::{Target, Targets};
+use gpu_metrics_adapter::source::direct::{self, DirectSource};
+use support::apiserver::Fake;
+use support::prometheus::Prometheus;
+use support::{Pki, get, hpa_headers, tls_client, try_get};
+
+const PODS_PER_NODE: usize = 8;
+
+/// One simulated node's exporter output: 8 whole H100s, one per pod.
+fn node_body(node: usize) -> String {
+    let mut out = String::new();
+    let families = [
+        ("gpu_utilization", 0.0),
+        ("gpu_memory_utilization", 0.0),
+        ("gpu_memory_used_bytes", 1.0e9),
+        ("gpu_memory_total_bytes", 85_899_345_920.0),
+        ("gpu_power_usage_watts", 300.0),
+        ("gpu_temperature_celsius", 60.0),
+        ("gpu_sm_clock_mhz", 1980.0),
+        ("gpu_mem_clock_mhz", 2619.0),
+    ];
+    for (family, base) in families {
+        out.push_str(&format!("# HELP {family} {family}.\n# TYPE {family} gauge\n"));
+        for g in 0..PODS_PER_NODE {
+            let pod = node * PODS_PER_NODE + g;
+            let v = if base == 0.0 { ((pod * 37) % 100) as f64 + 0.5 } else { base + g as f64 };
+            out.push_str(&format!(
+                "{family}{{node=\"node-{node}\",gpu=\"{g}\",uuid=\"GPU-{node}-{g}\",model=\"NVIDIA H100 80GB HBM3\",namespace=\"bench\",pod=\"bench-pool-{pod}\",container=\"inference\",cluster=\"bench\",region=\"local\"}} {v}\n"
+            ));
+        }
+    }
+    out
+}
+
+/// Starts `n` exporters, each on its own loopback port.
+async fn exporters(n: usize) -> Vec<std::net::SocketAddr> {
+    let mut addrs = Vec::with_capacity(n);
+    for node in 0..n {
+        let body = Arc::new(node_body(node));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.push(listener.local_addr().unwrap());
+        let app = Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let body = body.clone();
+                async move { ([("content-type", "text/plain; version=0.0.4")], (*body).clone()) }
+            }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    }
+    addrs
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+struct Stats {
+    p50: Duration,
+    p99: Duration,
+    n: usize,
+}
+
+async fn measure<F: AsyncFnMut()>(warmup: usize, iters: usize, mut f: F) -> Stats {
+    for _ in 0..warmup {
+        f().await;
+    }
+    let mut samples = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        f().await;
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    Stats { p50: percentile(&samples, 0.5), p99: percentile(&samples, 0.99), n: iters }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+async fn post_query(client: &HttpClient, prom: &str, promql: &str) -> usize {
+    let body = form_urlencoded::Serializer::new(String::new()).append_pair("query", promql).finish();
+    let req = http::Request::post(format!("{prom}/api/v1/query"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    let resp = client.send(req, Duration::from_secs(30), 64 << 20).await.unwrap();
+    assert_eq!(resp.status, 200);
+    resp.body.len()
+}
+
+async fn pods_case(pods: usize) {
+    let nodes = pods / PODS_PER_NODE;
+    let pki = Pki::new();
+    let addrs = exporters(nodes).await;
+    // Prometheus starts after the direct source has been measured, so that its scrapes and
+    // compactions do not share the two cores with that measurement.
+    let prom_port = Prometheus::reserve_port();
+    let prom_url = format!("http://127.0.0.1:{prom_port}");
+    let fake = Fake::default();
+    *fake.configmap.lock().unwrap() = pki.auth_configmap();
+    fake.set_policy(|_, _| (true, String::new()));
+    for i in 0..pods {
+        fake.add_pod("bench", &format!("bench-pool-{i}"), &[("app", "inference")]);
+    }
+    let api = fake.serve().await;
+    let rules = pki.write(
+        "rules.yaml",
+        "rules:\n  - name: prom_gpu_utilization\n    query: 'avg by (<<.GroupBy>>) (gpu_utilization{<<.LabelMatchers>>})'\n    resources:\n      pods: { label: pod }\n",
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let urls: Vec<String> = addrs.iter().map(|a| format!("http://{a}/metrics")).collect();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gpu-metrics-adapter"))
+        .env("GPU_METRICS_ADAPTER_EXPORTER_URL", urls.join(","))
+        .args(pki.serving_args())
+        .arg(format!("--kubeconfig={}", Fake::kubeconfig(api, pki.dir.path()).display()))
+        .arg("--bind-address=127.0.0.1")
+        .arg(format!("--secure-port={port}"))
+        .arg(format!("--prometheus-url={prom_url}"))
+        .arg(format!("--prometheus-rules-file={}", rules.display()))
+        .arg("--prometheus-timeout=30s")
+        .arg("--log.level=warn")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let client = tls_client(&pki, Some(&pki.front_proxy_client));
+    let headers = hpa_headers();
+    let direct_q =
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/bench/pods/%2A/gpu_utilization?labelSelector=app%3Dinference";
+    let prom_q = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/bench/pods/%2A/prom_gpu_utilization?labelSelector=app%3Dinference";
+    let count = |body: &str| body.matches("\"describedObject\"").count();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ok = tokio::time::timeout(Duration::from_secs(5), async {
+            try_get(&client, addr, direct_q, &headers).await.is_some_and(|a| a.status == 200 && count(&a.body) == pods)
+        })
+        .await
+        .unwrap_or(false);
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "adapter never served {pods} pods");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let iters = if pods <= 1000 { 2000 } else { 300 };
+    let direct = measure(50, iters, async || {
+        let a = get(&client, addr, direct_q, &headers).await;
+        assert_eq!(a.status, 200);
+    })
+    .await;
+    let rss = rss_kib(pid);
+    let prom = Prometheus::start_on(prom_port, &addrs, "15s").await;
+    prom.wait_for_series("gpu_utilization{namespace=\"bench\"}", pods).await;
+    let prom_iters = if pods <= 1000 { 100 } else { 30 };
+    let via_prom = measure(3, prom_iters, async || {
+        let a = get(&client, addr, prom_q, &headers).await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(count(&a.body), pods);
+    })
+    .await;
+    // The floor: the same PromQL the adapter sends, asked of Prometheus directly.
+    let names: Vec<String> = (0..pods).map(|i| format!("bench-pool-{i}")).collect();
+    let promql = format!("avg by (pod) (gpu_utilization{{namespace=\"bench\",pod=~`{}`}})", names.join("|"));
+    let http = HttpClient::new(None, 4).unwrap();
+    let floor = measure(3, prom_iters, async || {
+        post_query(&http, &prom.url(), &promql).await;
+    })
+    .await;
+    println!("| {pods} pods | direct source | {} | {} | {} requests |", ms(direct.p50), ms(direct.p99), direct.n);
+    println!(
+        "| {pods} pods | Prometheus source | {} | {} | {} requests |",
+        ms(via_prom.p50),
+        ms(via_prom.p99),
+        via_prom.n
+    );
+    println!(
+        "| {pods} pods | Prometheus instant query (floor) | {} | {} | {} requests |",
+        ms(floor.p50),
+        ms(floor.p99),
+        floor.n
+    );
+    println!(
+        "| {pods} pods | floor / direct | {:.1}x | {:.1}x | |",
+        floor.p50.as_secs_f64() / direct.p50.as_secs_f64(),
+        floor.p99.as_secs_f64() / direct.p99.as_secs_f64()
+    );
+    println!("RSS of the adapter at {pods} pods ({nodes} exporters): {:.1} MiB", rss as f64 / 1024.0);
+    let _ = child.kill().await;
+    prom.stop().await;
+}
+
+/// The same question answered by the router in-process (no socket, no TLS): the adapter's
+/// own compute cost.
+async fn in_process_case(pods: usize) {
+    use gpu_metrics_adapter::api::{self, AppState};
+    use gpu_metrics_adapter::auth::PeerCertificates;
+    use gpu_metrics_adapter::auth::authn::Authenticator;
+    use gpu_metrics_adapter::auth::authz::Authorizer;
+    use gpu_metrics_adapter::auth::config::AuthnConfig;
+    use gpu_metrics_adapter::auth::x509::CaBundle;
+    use gpu_metrics_adapter::expfmt::{Format, parse};
+    use gpu_metrics_adapter::labels::LabelStore;
+    use gpu_metrics_adapter::source::Sources;
+    use gpu_metrics_adapter::source::direct::model::{FAMILIES, Report};
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    use tower::ServiceExt;
+
+    let cfg = direct::Config {
+        interval: Duration::from_secs(15),
+        timeout: Duration::from_secs(5),
+        max_age: Duration::from_secs(45),
+        limits: Limits::default(),
+        concurrency: 64,
+        bearer_token: None,
+    };
+    let source = Arc::new(DirectSource::new(cfg, HttpClient::new(None, 0).unwrap(), Targets::Static(vec![])));
+    let labels = Arc::new(LabelStore::new());
+    source.ingest((0..pods / PODS_PER_NODE).map(|node| {
+        let body = node_body(node);
+        let samples =
+            parse(body.as_bytes(), Format::PrometheusText, &Limits::default(), |n| FAMILIES.contains(&n)).unwrap();
+        (format!("node-{node}"), Report::from_samples(&samples, direct::now_ms()))
+    }));
+    for i in 0..pods {
+        labels.apply_pod("bench", &format!("bench-pool-{i}"), &[("app", "inference")]);
+    }
+    labels.mark_synced();
+    let ca = gpu_metrics_adapter::certs::Ca::new("ca").unwrap();
+    let admin = ca.client("admin", &["system:masters"]).unwrap();
+    let peer = PeerCertificates::new(vec![CertificateDer::from_pem_slice(admin.cert_pem.as_bytes()).unwrap()]);
+    let state = AppState {
+        sources: Sources { direct: Some(source), prometheus: None },
+        labels: Some(labels),
+        authn: Arc::new(Authenticator::new(
+            AuthnConfig { client_ca: Some(CaBundle::from_pem(ca.cert_pem(), "ca").unwrap()), request_header: None },
+            None,
+        )),
+        authz: Arc::new(Authorizer::new(
+            None,
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+            Duration::from_secs(1),
+        )),
+        ready_checks: vec![],
+        limits: api::Limits::default(),
+    };
+    let router = api::router(state);
+    let q =
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/bench/pods/%2A/gpu_utilization?labelSelector=app%3Dinference";
+    let iters = if pods <= 1000 { 2000 } else { 300 };
+    let stats = measure(50, iters, async || {
+        let mut req = http::Request::get(q).body(axum::body::Body::empty()).unwrap();
+        req.extensions_mut().insert(peer.clone());
+        let resp = router.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let body = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+        assert!(body.len() > pods * 100);
+    })
+    .await;
+    println!(
+        "| {pods} pods | direct source, router in-process (no socket, no TLS) | {} | {} | {} requests |",
+        ms(stats.p50),
+        ms(stats.p99),
+        stats.n
+    );
+}
+
+async fn refresh_case(n: usize) {
+    let addrs = exporters(n).await;
+    let cfg = direct::Config {
+        interval: Duration::from_secs(15),
+        timeout: Duration::from_secs(5),
+        max_age: Duration::from_secs(45),
+        limits: Limits::default(),
+        concurrency: 64,
+        bearer_token: None,
+    };
+    let targets = addrs.iter().map(|a| Target { url: format!("http://{a}/metrics"), node: None }).collect();
+    let source = DirectSource::new(cfg, HttpClient::new(None, 0).unwrap(), Targets::Static(targets));
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let stats = source.refresh().await;
+        assert_eq!(stats.failures, 0);
+        assert_eq!(stats.pods, n * PODS_PER_NODE);
+        times.push(stats.duration);
+    }
+    times.sort();
+    println!(
+        "Refresh of {n} exporters ({} pods) on loopback: median {}, worst {} (5 cycles, concurrency 64)",
+        n * PODS_PER_NODE,
+        ms(times[2]),
+        ms(times[4])
+    );
+}
+
+fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+        println!("| size | path | p50 | p99 | samples |");
+        println!("|---|---|---|---|---|");
+        if only.is_empty() || only == "in-process" {
+            in_process_case(1000).await;
+            in_process_case(10_000).await;
+        }
+        if only.is_empty() || only == "pods" {
+            pods_case(1000).await;
+            pods_case(10_000).await;
+        }
+        if only.is_empty() || only == "refresh" {
+            refresh_case(1000).await;
+        }
+    });
+}

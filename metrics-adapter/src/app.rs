@@ -1,0 +1,384 @@
+//! Wiring: from [`Args`] to a listening server with its background tasks (exporter
+//! scraping, label watches, authentication refresh, certificate reload). [`App::build`]
+//! validates everything that can be wrong in the configuration before anything is served;
+//! [`App::run`] serves until shutdown.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::api::{self, AppState, ReadyCheck};
+use crate::auth::authn::{Authenticator, TokenReviewer};
+use crate::auth::authz::Authorizer;
+use crate::auth::config::{self as authcfg, AuthnConfig, FileSettings};
+use crate::config::Args;
+use crate::expfmt::Limits;
+use crate::http_client::HttpClient;
+use crate::labels::LabelStore;
+use crate::server::{self, CertSlot};
+use crate::source::Sources;
+use crate::source::direct::discovery::{Target, Targets};
+use crate::source::direct::{self, DirectSource};
+use crate::source::prometheus::{self, PrometheusSource, rules};
+
+/// Why the adapter cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Flags that do not fit together or point at unusable files.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The Kubernetes API client could not be set up.
+    #[error("Kubernetes client: {0}")]
+    Kube(String),
+    /// The rules file is wrong.
+    #[error(transparent)]
+    Rules(#[from] rules::Error),
+    /// Authentication files are wrong.
+    #[error("authentication: {0}")]
+    Auth(#[from] authcfg::Error),
+    /// The serving certificate is wrong.
+    #[error(transparent)]
+    Serve(#[from] server::Error),
+    /// The port could not be bound.
+    #[error("listening on {addr}: {source}")]
+    Bind {
+        /// Address.
+        addr: SocketAddr,
+        /// Error.
+        source: std::io::Error,
+    },
+}
+
+/// Result alias for this module.
+pub type Result<T> = std::result::Result<T, Error>;
+
+type Task = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+type TaskFactory = Box<dyn FnOnce(watch::Receiver<bool>) -> Task + Send>;
+
+/// A built adapter, bound and ready to serve.
+pub struct App {
+    addr: SocketAddr,
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    state: AppState,
+    tasks: Vec<TaskFactory>,
+    options: server::Options,
+    slot: Arc<CertSlot>,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App").field("addr", &self.addr).field("state", &self.state).finish_non_exhaustive()
+    }
+}
+
+fn read_token(path: Option<&Path>, flag: &str) -> Result<Option<String>> {
+    path.map(|p| {
+        std::fs::read_to_string(p)
+            .map(|t| t.trim().to_owned())
+            .map_err(|e| Error::Config(format!("{flag} {}: {e}", p.display())))
+    })
+    .transpose()
+}
+
+async fn kube_client(args: &Args) -> Result<kube::Client> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            Error::Kube(format!("{e} (run in a cluster, pass --kubeconfig, or use --standalone for development)"))
+        })?,
+    };
+    kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
+}
+
+/// Reads the authentication ConfigMap.
+pub async fn fetch_auth_configmap(
+    client: &kube::Client,
+    timeout: Duration,
+) -> std::result::Result<AuthnConfig, String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), authcfg::CONFIGMAP_NAMESPACE);
+    let cm = tokio::time::timeout(timeout, api.get(authcfg::CONFIGMAP_NAME))
+        .await
+        .map_err(|_| format!("no answer within {timeout:?}"))?
+        .map_err(|e| e.to_string())?;
+    let data: BTreeMap<String, String> = cm.data.unwrap_or_default();
+    AuthnConfig::from_configmap(&data).map_err(|e| e.to_string())
+}
+
+impl App {
+    /// Validates the configuration, connects what must be connected and binds the port.
+    pub async fn build(args: &Args) -> Result<Self> {
+        let client = if args.standalone { None } else { Some(kube_client(args).await?) };
+        let mut tasks: Vec<TaskFactory> = Vec::new();
+        let mut ready_checks: Vec<ReadyCheck> = Vec::new();
+
+        // Sources.
+        let direct = if args.direct_source {
+            let targets = if !args.exporter_urls.is_empty() {
+                for u in &args.exporter_urls {
+                    let uri: http::Uri = u.parse().map_err(|e| Error::Config(format!("--exporter-url {u:?}: {e}")))?;
+                    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+                        return Err(Error::Config(format!(
+                            "--exporter-url {u:?}: needs http:// or https:// and a host"
+                        )));
+                    }
+                }
+                Targets::Static(args.exporter_urls.iter().map(|u| Target { url: u.clone(), node: None }).collect())
+            } else if let Some(client) = &client {
+                Targets::EndpointSlices {
+                    client: client.clone(),
+                    namespace: args.exporter_namespace.clone(),
+                    service: args.exporter_service.clone(),
+                    port_name: args.exporter_port_name.clone(),
+                    scheme: args.exporter_scheme.clone(),
+                    path: args.exporter_path.clone(),
+                }
+            } else {
+                return Err(Error::Config("--standalone has no EndpointSlice discovery: give --exporter-url".into()));
+            };
+            if args.max_age < args.scrape_interval {
+                return Err(Error::Config(format!(
+                    "--max-age ({:?}) shorter than --scrape-interval ({:?}) would leave metrics missing between scrapes",
+                    args.max_age, args.scrape_interval
+                )));
+            }
+            let http = HttpClient::new(args.exporter_ca_file.as_deref(), 0)
+                .map_err(|e| Error::Config(format!("--exporter-ca-file: {e}")))?;
+            let cfg = direct::Config {
+                interval: args.scrape_interval,
+                timeout: args.scrape_timeout,
+                max_age: args.max_age,
+                limits: Limits { max_bytes: args.scrape_max_bytes, ..Limits::default() },
+                concurrency: args.scrape_concurrency,
+                bearer_token: read_token(args.exporter_bearer_token_file.as_deref(), "--exporter-bearer-token-file")?,
+            };
+            let d = Arc::new(DirectSource::new(cfg, http, targets));
+            let run = d.clone();
+            tasks.push(Box::new(move |s| Box::pin(run.run(s))));
+            let check = d.clone();
+            ready_checks.push(("direct-source".into(), Arc::new(move || check.is_ready())));
+            Some(d)
+        } else {
+            None
+        };
+        let prometheus = match (&args.prometheus_url, &args.prometheus_rules_file) {
+            (Some(url), Some(rules_file)) => {
+                let rules = rules::load(rules_file)?;
+                if direct.is_some()
+                    && let Some(r) = rules.iter().find(|r| DirectSource::metric_names().any(|n| n == r.name))
+                {
+                    return Err(Error::Config(format!(
+                        "metric {} is served by both the direct source and rule {} in {}; rename the rule or pass --direct-source=false",
+                        r.name,
+                        r.name,
+                        rules_file.display()
+                    )));
+                }
+                let _: http::Uri = url.parse().map_err(|e| Error::Config(format!("--prometheus-url {url:?}: {e}")))?;
+                let http = HttpClient::new(args.prometheus_ca_file.as_deref(), 8)
+                    .map_err(|e| Error::Config(format!("--prometheus-ca-file: {e}")))?;
+                let cfg = prometheus::Config {
+                    url: url.clone(),
+                    timeout: args.prometheus_timeout,
+                    max_body: args.prometheus_max_bytes,
+                    bearer_token: read_token(
+                        args.prometheus_bearer_token_file.as_deref(),
+                        "--prometheus-bearer-token-file",
+                    )?,
+                };
+                Some(Arc::new(PrometheusSource::new(cfg, http, rules)))
+            }
+            _ => None,
+        };
+        if direct.is_none() && prometheus.is_none() {
+            return Err(Error::Config("no source: enable --direct-source or give --prometheus-url".into()));
+        }
+
+        // Object labels.
+        let labels = client.as_ref().map(|c| {
+            let store = Arc::new(LabelStore::new());
+            let (run, c) = (store.clone(), c.clone());
+            tasks.push(Box::new(move |s| Box::pin(run.run(c, s))));
+            let check = store.clone();
+            ready_checks.push(("object-labels".into(), Arc::new(move || check.is_synced())));
+            store
+        });
+
+        // Authentication and authorization.
+        let files = FileSettings {
+            client_ca_file: args.client_ca_file.clone(),
+            requestheader_client_ca_file: args.requestheader_client_ca_file.clone(),
+            requestheader_allowed_names: args.requestheader_allowed_names.clone(),
+            requestheader_username_headers: args.requestheader_username_headers.clone(),
+            requestheader_uid_headers: args.requestheader_uid_headers.clone(),
+            requestheader_group_headers: args.requestheader_group_headers.clone(),
+            requestheader_extra_headers_prefix: args.requestheader_extra_headers_prefix.clone(),
+        };
+        let from_files = files.load()?;
+        let lookup = client.clone().filter(|_| !args.authentication_skip_lookup);
+        let loaded = Arc::new(AtomicBool::new(lookup.is_none()));
+        let mut from_cm = AuthnConfig::default();
+        if let Some(c) = &lookup {
+            match fetch_auth_configmap(c, args.kube_api_timeout).await {
+                Ok(cfg) => {
+                    from_cm = cfg;
+                    loaded.store(true, Ordering::Release);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading kube-system/extension-apiserver-authentication failed; retrying")
+                }
+            }
+        }
+        let initial = from_files.clone().or(from_cm.clone());
+        if initial.client_ca.is_none() && initial.request_header.is_none() && lookup.is_none() && client.is_none() {
+            tracing::warn!(
+                "no client CA and no request-header CA: only bearer tokens could authenticate, and standalone mode has none"
+            );
+        }
+        let tokens = client
+            .as_ref()
+            .map(|c| TokenReviewer::new(c.clone(), args.authentication_token_cache_ttl, args.kube_api_timeout));
+        let authn = Arc::new(Authenticator::new(initial, tokens));
+        let authz = Arc::new(Authorizer::new(
+            client.clone(),
+            args.authorization_cache_allow_ttl,
+            args.authorization_cache_deny_ttl,
+            args.kube_api_timeout,
+        ));
+        {
+            let (authn, loaded_flag, timeout, refresh) =
+                (authn.clone(), loaded.clone(), args.kube_api_timeout, args.authentication_config_refresh);
+            tasks.push(Box::new(move |s| {
+                Box::pin(refresh_auth(authn, files, lookup, from_cm, loaded_flag, timeout, refresh, s))
+            }));
+        }
+        ready_checks.push(("authentication-config".into(), Arc::new(move || loaded.load(Ordering::Acquire))));
+
+        // Serving certificate.
+        let key = match (&args.tls_cert_file, &args.tls_private_key_file) {
+            (Some(cert), Some(key)) => {
+                let (c, k) = server::read_pair(cert, key)?;
+                let certified = server::load_pair(&c, &k, &cert.display().to_string())?;
+                (certified, Some((cert.clone(), key.clone(), args.tls_reload_interval)))
+            }
+            _ => {
+                let hosts: Vec<&str> = args.self_signed_hosts.iter().map(String::as_str).collect();
+                let pair = crate::certs::self_signed(&hosts).map_err(server::Error::from)?;
+                tracing::info!(hosts = ?hosts, "no --tls-cert-file: serving a self-signed certificate");
+                (server::load_pair(pair.cert_pem.as_bytes(), pair.key_pem.as_bytes(), "self-signed")?, None)
+            }
+        };
+        let slot = CertSlot::new(key.0);
+        if let Some((cert, keyfile, interval)) = key.1 {
+            let slot = slot.clone();
+            tasks.push(Box::new(move |s| Box::pin(server::reload_pair(slot, cert, keyfile, interval, s))));
+        }
+        let tls = server::tls_config(slot.clone())?;
+
+        let addr = SocketAddr::new(args.bind_address, args.secure_port);
+        let listener = TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })?;
+        let addr = listener.local_addr().map_err(|source| Error::Bind { addr, source })?;
+        let state = AppState {
+            sources: Sources { direct, prometheus },
+            labels,
+            authn,
+            authz,
+            ready_checks,
+            limits: api::Limits {
+                max_uri_bytes: args.max_request_uri_bytes,
+                max_header_bytes: args.max_request_header_bytes,
+            },
+        };
+        let options = server::Options {
+            drain: args.shutdown_drain,
+            max_buf_size: (args.max_request_uri_bytes + args.max_request_header_bytes).saturating_mul(2).max(8192),
+            ..server::Options::default()
+        };
+        Ok(Self { addr, listener, tls, state, tasks, options, slot })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The handler state (for in-process tests).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// The serving certificate chain in use now (leaf first).
+    pub fn serving_chain(&self) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+        self.slot.chain()
+    }
+
+    /// Starts the background tasks and serves until `shutdown` turns true.
+    pub async fn run(self, shutdown: watch::Receiver<bool>) {
+        let mut handles = Vec::new();
+        for t in self.tasks {
+            handles.push(tokio::spawn(t(shutdown.clone())));
+        }
+        tracing::info!(addr = %self.addr, "serving custom.metrics.k8s.io");
+        server::serve(self.listener, self.tls, api::router(self.state), self.options, shutdown).await;
+        for h in handles {
+            h.abort();
+        }
+        tracing::info!("stopped");
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn refresh_auth(
+    authn: Arc<Authenticator>,
+    files: FileSettings,
+    lookup: Option<kube::Client>,
+    mut from_cm: AuthnConfig,
+    loaded: Arc<AtomicBool>,
+    timeout: Duration,
+    every: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let retry = Duration::from_secs(5).min(every);
+    loop {
+        let wait = if loaded.load(Ordering::Acquire) { every } else { retry };
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => return,
+        }
+        let from_files = match files.load() {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "authentication files unreadable; keeping the current settings");
+                continue;
+            }
+        };
+        if let Some(c) = &lookup {
+            match fetch_auth_configmap(c, timeout).await {
+                Ok(cfg) => {
+                    from_cm = cfg;
+                    loaded.store(true, Ordering::Release);
+                }
+                Err(e) => tracing::warn!(error = %e, "re-reading the authentication ConfigMap failed"),
+            }
+        }
+        let merged = from_files.or(from_cm.clone());
+        if merged != authn.config() {
+            tracing::info!("authentication settings changed");
+            authn.set_config(merged);
+        }
+    }
+}

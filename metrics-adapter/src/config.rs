@@ -1,0 +1,318 @@
+//! Command-line and environment configuration. Every flag can also be set through an
+//! environment variable named `GPU_METRICS_ADAPTER_<FLAG>` (upper case, `-` and `.` as
+//! `_`); Kubernetes-style names are kept for the flags aggregated API servers share
+//! (`--secure-port`, `--tls-cert-file`, `--client-ca-file`, `--requestheader-*`).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
+
+/// Parses `500ms`, `15s`, `2m`, `1h`, or combinations such as `1m30s`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {s:?} (examples: 500ms, 15s, 2m, 1h30m)");
+    if s.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit = match &rest[..unit_len] {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
+            "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
+            _ => return Err(bad()),
+        };
+        total = total.checked_add(unit).ok_or_else(bad)?;
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// gpu-metrics-adapter: the Kubernetes custom metrics API (custom.metrics.k8s.io) for GPU
+/// metrics, scraping the GPU exporters directly and optionally querying Prometheus.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "gpu-metrics-adapter", version, about, args_override_self = true)]
+pub struct Cli {
+    /// What to run (default: serve).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Serving options.
+    #[command(flatten)]
+    pub args: Args,
+}
+
+/// Subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Write a CA, a serving pair, a system:masters client pair and a kubeconfig for local use.
+    DevCerts(DevCertsArgs),
+}
+
+/// `dev-certs` options.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct DevCertsArgs {
+    /// Directory to write into (created if missing).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_DEV_CERTS_OUT", default_value = "adapter-dev-certs")]
+    pub out: PathBuf,
+    /// Server URL written into the kubeconfig.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_DEV_CERTS_SERVER", default_value = "https://127.0.0.1:6443")]
+    pub server: String,
+    /// Host names and IPs for the serving certificate.
+    #[arg(
+        long,
+        env = "GPU_METRICS_ADAPTER_DEV_CERTS_HOSTS",
+        value_delimiter = ',',
+        default_value = "localhost,127.0.0.1"
+    )]
+    pub hosts: Vec<String>,
+}
+
+/// Serving options.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_BIND_ADDRESS", default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// HTTPS port (0 picks a free port).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SECURE_PORT", default_value_t = 6443)]
+    pub secure_port: u16,
+    /// Serving certificate (PEM chain). Without it a self-signed pair is generated at start.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_CERT_FILE", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Serving private key (PEM).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_PRIVATE_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// How often the certificate files are checked for changes.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_RELOAD_INTERVAL", value_parser = parse_duration, default_value = "10s")]
+    pub tls_reload_interval: Duration,
+    /// Names and IPs of the self-signed certificate made when no certificate file is given.
+    #[arg(
+        long,
+        env = "GPU_METRICS_ADAPTER_SELF_SIGNED_HOSTS",
+        value_delimiter = ',',
+        default_value = "localhost,127.0.0.1"
+    )]
+    pub self_signed_hosts: Vec<String>,
+
+    /// Run without any Kubernetes API: authentication from files only, no TokenReview, no
+    /// SubjectAccessReview (only system:masters is allowed), no labelSelector, exporters
+    /// from --exporter-url. For development and demos.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_STANDALONE")]
+    pub standalone: bool,
+    /// kubeconfig to reach the API server (default: in-cluster, then $KUBECONFIG / ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Deadline for each request to the Kubernetes API.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_KUBE_API_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
+    pub kube_api_timeout: Duration,
+
+    /// CA bundle for client certificates (user = CN, groups = O). Overrides the ConfigMap.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<PathBuf>,
+    /// CA bundle for the front proxy's client certificate. Overrides the ConfigMap.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_REQUESTHEADER_CLIENT_CA_FILE")]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// Common names allowed for the front-proxy certificate (empty: any).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_REQUESTHEADER_ALLOWED_NAMES", value_delimiter = ',')]
+    pub requestheader_allowed_names: Vec<String>,
+    /// Headers carrying the user name behind the front proxy.
+    #[arg(
+        long,
+        env = "GPU_METRICS_ADAPTER_REQUESTHEADER_USERNAME_HEADERS",
+        value_delimiter = ',',
+        default_value = "X-Remote-User"
+    )]
+    pub requestheader_username_headers: Vec<String>,
+    /// Headers carrying the user's UID behind the front proxy.
+    #[arg(
+        long,
+        env = "GPU_METRICS_ADAPTER_REQUESTHEADER_UID_HEADERS",
+        value_delimiter = ',',
+        default_value = "X-Remote-Uid"
+    )]
+    pub requestheader_uid_headers: Vec<String>,
+    /// Headers carrying groups behind the front proxy.
+    #[arg(
+        long,
+        env = "GPU_METRICS_ADAPTER_REQUESTHEADER_GROUP_HEADERS",
+        value_delimiter = ',',
+        default_value = "X-Remote-Group"
+    )]
+    pub requestheader_group_headers: Vec<String>,
+    /// Prefixes of headers carrying extra attributes behind the front proxy.
+    #[arg(
+        long,
+        env = "GPU_METRICS_ADAPTER_REQUESTHEADER_EXTRA_HEADERS_PREFIX",
+        value_delimiter = ',',
+        default_value = "X-Remote-Extra-"
+    )]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+    /// Do not read kube-system/extension-apiserver-authentication.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_SKIP_LOOKUP")]
+    pub authentication_skip_lookup: bool,
+    /// How often authentication settings (ConfigMap and CA files) are re-read.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_CONFIG_REFRESH", value_parser = parse_duration, default_value = "60s")]
+    pub authentication_config_refresh: Duration,
+    /// How long TokenReview answers are cached.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_TOKEN_CACHE_TTL", value_parser = parse_duration, default_value = "10s")]
+    pub authentication_token_cache_ttl: Duration,
+    /// How long SubjectAccessReview allows are cached.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_ALLOW_TTL", value_parser = parse_duration, default_value = "10s")]
+    pub authorization_cache_allow_ttl: Duration,
+    /// How long SubjectAccessReview denials are cached.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_DENY_TTL", value_parser = parse_duration, default_value = "10s")]
+    pub authorization_cache_deny_ttl: Duration,
+
+    /// Serve GPU metrics scraped directly from the exporters.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_DIRECT_SOURCE", action = clap::ArgAction::Set, default_value_t = true)]
+    pub direct_source: bool,
+    /// Exporter metrics URL, repeatable; replaces EndpointSlice discovery (development).
+    #[arg(long = "exporter-url", env = "GPU_METRICS_ADAPTER_EXPORTER_URL", value_delimiter = ',')]
+    pub exporter_urls: Vec<String>,
+    /// Namespace of the exporter Service.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_EXPORTER_NAMESPACE", default_value = "gpu-monitoring")]
+    pub exporter_namespace: String,
+    /// Name of the exporter Service (its EndpointSlices list the exporters).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_EXPORTER_SERVICE", default_value = "gpu-exporter")]
+    pub exporter_service: String,
+    /// Port name of the exporter's metrics port (empty: the first port).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_EXPORTER_PORT_NAME", default_value = "metrics")]
+    pub exporter_port_name: String,
+    /// Scheme used for discovered exporters.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_EXPORTER_SCHEME", default_value = "http", value_parser = ["http", "https"])]
+    pub exporter_scheme: String,
+    /// Metrics path of discovered exporters.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_EXPORTER_PATH", default_value = "/metrics")]
+    pub exporter_path: String,
+    /// CA bundle to verify exporters served over HTTPS.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_EXPORTER_CA_FILE")]
+    pub exporter_ca_file: Option<PathBuf>,
+    /// File holding a bearer token sent to exporters.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_EXPORTER_BEARER_TOKEN_FILE")]
+    pub exporter_bearer_token_file: Option<PathBuf>,
+    /// Time between scrapes of all exporters.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_INTERVAL", value_parser = parse_duration, default_value = "15s")]
+    pub scrape_interval: Duration,
+    /// Deadline for one exporter's answer.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_TIMEOUT", value_parser = parse_duration, default_value = "5s")]
+    pub scrape_timeout: Duration,
+    /// Largest exporter payload accepted, bytes.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_MAX_BYTES", default_value_t = 16 << 20)]
+    pub scrape_max_bytes: usize,
+    /// Exporters scraped at the same time.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_CONCURRENCY", default_value_t = 64)]
+    pub scrape_concurrency: usize,
+    /// Values older than this are not served (missing, never zero).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_AGE", value_parser = parse_duration, default_value = "45s")]
+    pub max_age: Duration,
+
+    /// Prometheus-compatible query API base URL; enables the Prometheus source.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_URL", requires = "prometheus_rules_file")]
+    pub prometheus_url: Option<String>,
+    /// Rules mapping custom metric names to PromQL templates.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_RULES_FILE", requires = "prometheus_url")]
+    pub prometheus_rules_file: Option<PathBuf>,
+    /// Deadline for one Prometheus query.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_TIMEOUT", value_parser = parse_duration, default_value = "5s")]
+    pub prometheus_timeout: Duration,
+    /// Largest Prometheus answer accepted, bytes.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_MAX_BYTES", default_value_t = 32 << 20)]
+    pub prometheus_max_bytes: usize,
+    /// CA bundle to verify Prometheus served over HTTPS.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_CA_FILE")]
+    pub prometheus_ca_file: Option<PathBuf>,
+    /// File holding a bearer token sent to Prometheus.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_BEARER_TOKEN_FILE")]
+    pub prometheus_bearer_token_file: Option<PathBuf>,
+
+    /// Longest request target accepted (414 beyond).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_REQUEST_URI_BYTES", default_value_t = 16 << 10)]
+    pub max_request_uri_bytes: usize,
+    /// Largest total request header size accepted (431 beyond).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_REQUEST_HEADER_BYTES", default_value_t = 64 << 10)]
+    pub max_request_header_bytes: usize,
+    /// How long open connections may finish at shutdown.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SHUTDOWN_DRAIN", value_parser = parse_duration, default_value = "20s")]
+    pub shutdown_drain: Duration,
+
+    /// Log format.
+    #[arg(long = "log.format", env = "GPU_METRICS_ADAPTER_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// Log filter (tracing env-filter syntax, e.g. `info` or `gpu_metrics_adapter=debug`).
+    #[arg(long = "log.level", env = "GPU_METRICS_ADAPTER_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+impl Args {
+    /// Parses serving options from an argument list (program name first), for tests.
+    pub fn parse_from_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        Cli::try_parse_from(args).map(|c| c.args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        for bad in ["", "15", "s", "1x", "-1s", "1.5s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cli_is_consistent_and_defaults_are_sane() {
+        Cli::command().debug_assert();
+        let a = Args::parse_from_args(["gpu-metrics-adapter"]).unwrap();
+        assert_eq!(a.secure_port, 6443);
+        assert_eq!(a.scrape_interval, Duration::from_secs(15));
+        assert!(a.direct_source);
+        assert_eq!(a.requestheader_username_headers, vec!["X-Remote-User".to_owned()]);
+        let a = Args::parse_from_args([
+            "x",
+            "--exporter-url=http://a:9400/metrics",
+            "--exporter-url",
+            "http://b:9400/metrics",
+            "--direct-source=true",
+            "--log.format=json",
+        ])
+        .unwrap();
+        assert_eq!(a.exporter_urls.len(), 2);
+        assert_eq!(a.log_format, LogFormat::Json);
+        // A flag given twice takes the last value, as with Kubernetes components.
+        let a = Args::parse_from_args(["x", "--secure-port=1", "--secure-port=2"]).unwrap();
+        assert_eq!(a.secure_port, 2);
+        assert!(Args::parse_from_args(["x", "--prometheus-url=http://p:9090"]).is_err());
+        assert!(Args::parse_from_args(["x", "--tls-cert-file=a.pem"]).is_err());
+        assert!(Args::parse_from_args(["x", "--scrape-interval=soon"]).is_err());
+    }
+}

@@ -1,0 +1,29 @@
+//! gpu-metrics-adapter: a Kubernetes aggregated API server for `custom.metrics.k8s.io`
+//! (v1beta1 and v1beta2) that feeds the HorizontalPodAutoscaler with GPU metrics.
+//!
+//! Data flows one way:
+//!
+//! ```text
+//! exporters ──scrape──> expfmt ──> source::direct::model (Report → Snapshot) ─┐
+//! Prometheus <──PromQL── source::prometheus (rules) ──────────────────────────┤
+//! pod/node metadata watch ──> labels (labelSelector) ─────────────────────────┤
+//!                                                                             v
+//! client ──TLS──> server ──> api (auth::authn → path → auth::authz → read) ──> MetricValueList
+//! ```
+//!
+//! Pure cores (selector, quantity, expfmt, the direct-source model, API types and paths,
+//! rules rendering) do no I/O and are unit-tested; HTTP, TLS and the Kubernetes API live
+//! at the edges (`server`, `http_client`, `labels`, `auth::authn`/`authz`, `app`).
+
+pub mod api;
+pub mod app;
+pub mod auth;
+pub mod certs;
+pub mod config;
+pub mod expfmt;
+pub mod http_client;
+pub mod labels;
+pub mod quantity;
+pub mod selector;
+pub mod server;
+pub mod source;
