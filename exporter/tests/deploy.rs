@@ -73,3 +73,24 @@ fn the_daemonset_mounts_what_attribution_reads() {
         serde_yaml_ng::from_str::<serde_yaml_ng::Value>("[list, watch]").unwrap()
     );
 }
+
+#[test]
+fn objects_land_in_the_namespaces_kubernetes_reads_them_from() {
+    let docs = rendered();
+    let namespace_of = |kind: &str, name: &str| {
+        let doc = docs
+            .iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"));
+        doc["metadata"]["namespace"].as_str().unwrap_or_default().to_string()
+    };
+    // Node Events are written where the kubelet writes them; the adapter reads its
+    // authentication settings from kube-system.
+    assert_eq!(namespace_of("Role", "gpu-exporter-health-events"), "default");
+    assert_eq!(namespace_of("RoleBinding", "gpu-metrics-adapter-auth-reader"), "kube-system");
+    for (kind, name) in
+        [("DaemonSet", "gpu-exporter"), ("Deployment", "gpu-metrics-adapter"), ("Service", "gpu-exporter")]
+    {
+        assert_eq!(namespace_of(kind, name), "gpu-telemetry", "{kind} {name}");
+    }
+}

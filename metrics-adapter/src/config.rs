@@ -189,7 +189,7 @@ pub struct Args {
     #[arg(long = "exporter-url", env = "GPU_METRICS_ADAPTER_EXPORTER_URL", value_delimiter = ',')]
     pub exporter_urls: Vec<String>,
     /// Namespace of the exporter Service.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_EXPORTER_NAMESPACE", default_value = "gpu-monitoring")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_EXPORTER_NAMESPACE", default_value = "gpu-telemetry")]
     pub exporter_namespace: String,
     /// Name of the exporter Service (its EndpointSlices list the exporters).
     #[arg(long, env = "GPU_METRICS_ADAPTER_EXPORTER_SERVICE", default_value = "gpu-exporter")]

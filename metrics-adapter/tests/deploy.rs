@@ -10,7 +10,7 @@ use gpu_metrics_adapter::source::prometheus::rules;
 use serde_json::Value;
 
 fn render() -> Vec<Value> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/adapter");
     let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into());
     let out = std::process::Command::new(&kubectl)
         .args(["kustomize", dir.to_str().unwrap()])
@@ -59,7 +59,7 @@ fn manifests_register_both_versions_and_match_the_binary() {
     argv.extend(container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()));
     let args = Args::parse_from_args(&argv).unwrap_or_else(|e| panic!("deployment args rejected: {e}"));
     assert_eq!(args.secure_port, container["ports"][0]["containerPort"].as_u64().unwrap() as u16);
-    assert_eq!(args.exporter_namespace, "gpu-monitoring");
+    assert_eq!(args.exporter_namespace, "gpu-telemetry");
     assert!(!args.standalone);
 
     let reader = find(&docs, "RoleBinding", "gpu-metrics-adapter-auth-reader");
@@ -75,7 +75,8 @@ fn manifests_register_both_versions_and_match_the_binary() {
 #[test]
 fn example_rules_are_valid() {
     let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus-rules.yaml")).unwrap();
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/adapter/prometheus-rules.yaml"))
+            .unwrap();
     let cm: Value = serde_json::to_value(serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&text).unwrap()).unwrap();
     let parsed = rules::parse(cm["data"]["rules.yaml"].as_str().unwrap(), "prometheus-rules.yaml").unwrap();
     assert_eq!(parsed[0].name, "request_latency_ms");

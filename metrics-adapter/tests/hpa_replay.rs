@@ -21,7 +21,7 @@ const HPA_USER: &str = "system:serviceaccount:kube-system:horizontal-pod-autosca
 fn slice(name: &str, port: u16, node: &str) -> Value {
     json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": "gpu-monitoring", "labels": {"kubernetes.io/service-name": "gpu-exporter"}},
+        "metadata": {"name": name, "namespace": "gpu-telemetry", "labels": {"kubernetes.io/service-name": "gpu-exporter"}},
         "addressType": "IPv4",
         "ports": [{"name": "metrics", "port": port, "protocol": "TCP"}],
         "endpoints": [{"addresses": ["127.0.0.1"], "nodeName": node, "conditions": {"ready": true}}]

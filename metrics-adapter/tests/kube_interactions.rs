@@ -139,7 +139,7 @@ async fn exporters_come_from_ready_endpoints_and_pods_from_the_watch() {
     fake.set_policy(|_, _| (true, String::new()));
     *fake.endpoint_slices.lock().unwrap() = vec![json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": "gpu-exporter-x1", "namespace": "gpu-monitoring", "labels": {"kubernetes.io/service-name": "gpu-exporter"}},
+        "metadata": {"name": "gpu-exporter-x1", "namespace": "gpu-telemetry", "labels": {"kubernetes.io/service-name": "gpu-exporter"}},
         "addressType": "IPv4",
         "ports": [{"name": "metrics", "port": ready.addr.port()}],
         "endpoints": [
@@ -161,7 +161,7 @@ async fn exporters_come_from_ready_endpoints_and_pods_from_the_watch() {
     support::eventually("four labelled pods", Duration::from_secs(10), async || count().await == 4).await;
     // The discovery request named the Service the way kube-proxy does.
     let q = fake.requests.lock().unwrap().iter().find(|r| r.path.ends_with("/endpointslices")).unwrap().clone();
-    assert_eq!(q.path, "/apis/discovery.k8s.io/v1/namespaces/gpu-monitoring/endpointslices");
+    assert_eq!(q.path, "/apis/discovery.k8s.io/v1/namespaces/gpu-telemetry/endpointslices");
     assert_eq!(q.query, "kubernetes.io/service-name=gpu-exporter");
     // The pod watch asked for metadata only.
     assert!(fake.count("GET", "/api/v1/pods") >= 1);

@@ -146,7 +146,7 @@ impl Fake {
         std::fs::write(
             &path,
             format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{addr}\nusers:\n- name: adapter\n  user:\n    token: {ADAPTER_TOKEN}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: adapter\n    namespace: gpu-monitoring\ncurrent-context: fake\n"
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{addr}\nusers:\n- name: adapter\n  user:\n    token: {ADAPTER_TOKEN}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: adapter\n    namespace: gpu-telemetry\ncurrent-context: fake\n"
             ),
         )
         .unwrap();

@@ -118,7 +118,7 @@ mod tests {
     #[test]
     fn ready_endpoints_on_the_named_port() {
         let s = slice(serde_json::json!({
-            "metadata": {"name": "gpu-exporter-abc", "namespace": "gpu-monitoring"},
+            "metadata": {"name": "gpu-exporter-abc", "namespace": "gpu-telemetry"},
             "addressType": "IPv4",
             "ports": [{"name": "health", "port": 8080}, {"name": "metrics", "port": 9400}],
             "endpoints": [
