@@ -98,6 +98,8 @@ struct Collector {
     cycle: u64,
     generation: u64,
     taken_at: Option<SystemTime>,
+    /// The last cycle's join with pods.
+    attribution: Option<crate::attribution::AttributionResult>,
 }
 
 impl Collector {
@@ -114,6 +116,7 @@ impl Collector {
             cycle: 0,
             generation: 0,
             taken_at: None,
+            attribution: None,
         }
     }
 
@@ -133,6 +136,7 @@ impl Collector {
             if self.active.is_some() {
                 self.cycle();
             }
+            self.attribute();
             self.publish();
             let until = if self.active.is_some() { started + self.settings.interval } else { next_init };
             if !self.wait_until(until, wakes) {
@@ -227,18 +231,23 @@ impl Collector {
         self.taken_at = Some(now);
     }
 
+    /// Joins this cycle's GPUs with pods. Once per loop iteration: an XID republish
+    /// between cycles changes no process or allocation, so it reuses the result.
+    fn attribute(&mut self) {
+        self.attribution = self.settings.attribution.as_ref().map(|a| a.attach(&self.gpus));
+    }
+
     fn publish(&mut self) {
         self.generation += 1;
         let gpus: Vec<GpuSnapshot> =
             self.gpus.iter().map(|g| GpuSnapshot { xids: self.xids.for_gpu(g.index), ..g.clone() }).collect();
-        let attribution = self.settings.attribution.as_ref().map(|a| a.attach(&gpus));
         let snapshot = Snapshot {
             generation: self.generation,
             taken_at: self.taken_at,
             nvml: self.status.clone(),
             gpus,
             stats: self.stats.clone(),
-            attribution,
+            attribution: self.attribution.clone(),
         };
         self.publish.send_replace(Arc::new(snapshot));
     }

@@ -46,10 +46,6 @@ fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn kubectl(kubeconfig: &Path, path: &str) -> Option<serde_json::Value> {
     let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into());
     let out = Command::new(kubectl).arg("--kubeconfig").arg(kubeconfig).args(["get", "--raw", path]).output().unwrap();
@@ -89,7 +85,7 @@ fn the_seeds_hpa_questions_are_answered_from_the_simulated_node() {
     );
     wait_until("the kubelet socket", || socket.exists());
 
-    let exporter_port = free_port();
+    let exporter_port = support::prometheus::Prometheus::reserve_port();
     let mut exporter = Command::new(target.join("gpu-exporter"))
         .arg("--nvml-library")
         .arg(target.join("libfake_nvml.so"))
@@ -112,7 +108,7 @@ fn the_seeds_hpa_questions_are_answered_from_the_simulated_node() {
     let _exporter = Killed(exporter);
 
     let certs = dir.path().join("certs");
-    let adapter_port = free_port();
+    let adapter_port = support::prometheus::Prometheus::reserve_port();
     let adapter = env!("CARGO_BIN_EXE_gpu-metrics-adapter");
     let status = Command::new(adapter)
         .args(["dev-certs", "--out"])

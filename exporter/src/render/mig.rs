@@ -47,8 +47,8 @@ pub fn instance_value(family: &str, instance: &MigInstance) -> Option<f64> {
     }
 }
 
-fn answered<'a>(snapshot: &'a Snapshot, labels: &[String]) -> Vec<(&'a GpuSnapshot, String)> {
-    snapshot.gpus.iter().zip(labels).filter(|(g, _)| g.readings.is_some()).map(|(g, l)| (g, l.clone())).collect()
+fn answered<'a>(snapshot: &'a Snapshot, labels: &'a [String]) -> Vec<(&'a GpuSnapshot, &'a String)> {
+    snapshot.gpus.iter().zip(labels).filter(|(g, _)| g.readings.is_some()).collect()
 }
 
 /// Renders the GPM, MIG and process families.
