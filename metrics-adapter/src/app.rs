@@ -25,6 +25,7 @@ use crate::expfmt::Limits;
 use crate::http_client::HttpClient;
 use crate::labels::LabelStore;
 use crate::server::{self, CertSlot};
+use crate::serving_cert;
 use crate::source::Sources;
 use crate::source::direct::discovery::{Target, Targets};
 use crate::source::direct::{self, DirectSource};
@@ -268,25 +269,7 @@ impl App {
         }
         ready_checks.push(("authentication-config".into(), Arc::new(move || loaded.load(Ordering::Acquire))));
 
-        // Serving certificate.
-        let key = match (&args.tls_cert_file, &args.tls_private_key_file) {
-            (Some(cert), Some(key)) => {
-                let (c, k) = server::read_pair(cert, key)?;
-                let certified = server::load_pair(&c, &k, &cert.display().to_string())?;
-                (certified, Some((cert.clone(), key.clone(), args.tls_reload_interval)))
-            }
-            _ => {
-                let hosts: Vec<&str> = args.self_signed_hosts.iter().map(String::as_str).collect();
-                let pair = crate::certs::self_signed(&hosts).map_err(server::Error::from)?;
-                tracing::info!(hosts = ?hosts, "no --tls-cert-file: serving a self-signed certificate");
-                (server::load_pair(pair.cert_pem.as_bytes(), pair.key_pem.as_bytes(), "self-signed")?, None)
-            }
-        };
-        let slot = CertSlot::new(key.0);
-        if let Some((cert, keyfile, interval)) = key.1 {
-            let slot = slot.clone();
-            tasks.push(Box::new(move |s| Box::pin(server::reload_pair(slot, cert, keyfile, interval, s))));
-        }
+        let slot = serving_certificate(args, client.as_ref(), &mut tasks, &mut ready_checks).await?;
         let tls = server::tls_config(slot.clone())?;
 
         let addr = SocketAddr::new(args.bind_address, args.secure_port);
@@ -339,6 +322,59 @@ impl App {
         }
         tracing::info!("stopped");
     }
+}
+
+/// The serving certificate: from files (re-read when they change), from the Secret the
+/// adapter keeps itself (`--tls-secret-name`), or a throwaway self-signed pair.
+async fn serving_certificate(
+    args: &Args,
+    client: Option<&kube::Client>,
+    tasks: &mut Vec<TaskFactory>,
+    ready_checks: &mut Vec<ReadyCheck>,
+) -> Result<Arc<CertSlot>> {
+    let hosts: Vec<&str> = args.self_signed_hosts.iter().map(String::as_str).collect();
+    let throwaway = || -> Result<_> {
+        let pair = crate::certs::self_signed(&hosts).map_err(server::Error::from)?;
+        Ok(server::load_pair(pair.cert_pem.as_bytes(), pair.key_pem.as_bytes(), "self-signed")?)
+    };
+    if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) {
+        let (c, k) = server::read_pair(cert, key)?;
+        let slot = CertSlot::new(server::load_pair(&c, &k, &cert.display().to_string())?);
+        let (run, cert, key, every) = (slot.clone(), cert.clone(), key.clone(), args.tls_reload_interval);
+        tasks.push(Box::new(move |s| Box::pin(server::reload_pair(run, cert, key, every, s))));
+        return Ok(slot);
+    }
+    let Some(secret) = &args.tls_secret_name else {
+        tracing::info!(hosts = ?hosts, "no --tls-cert-file or --tls-secret-name: serving a throwaway self-signed certificate");
+        return Ok(CertSlot::new(throwaway()?));
+    };
+    let client = client.ok_or_else(|| Error::Config("--tls-secret-name needs the Kubernetes API".into()))?;
+    let policy = serving_cert::Policy {
+        hosts: args.self_signed_hosts.iter().cloned().collect(),
+        ca_validity: args.tls_ca_validity,
+        cert_validity: args.tls_cert_validity,
+        promote_after: args.tls_secret_check_interval.saturating_mul(2),
+    };
+    policy.check().map_err(Error::Config)?;
+    let config = serving_cert::Config {
+        namespace: args.tls_secret_namespace.clone(),
+        secret: secret.clone(),
+        apiservices: args.tls_ca_bundle_apiservices.clone(),
+        policy,
+        interval: args.tls_secret_check_interval,
+        api_timeout: args.kube_api_timeout,
+    };
+    // Until the Secret's certificate is loaded, a throwaway one answers the kubelet's
+    // probes (which do not verify) and readiness says why the adapter is not ready.
+    let slot = CertSlot::new(throwaway()?);
+    let manager = Arc::new(serving_cert::Manager::new(client.clone(), config, slot.clone()));
+    if let Err(e) = manager.reconcile().await {
+        tracing::warn!(error = %e, "serving certificate not settled yet; retrying");
+    }
+    let check = manager.clone();
+    ready_checks.push(("serving-certificate".into(), Arc::new(move || check.is_ready())));
+    tasks.push(Box::new(move |s| Box::pin(manager.run(s))));
+    Ok(slot)
 }
 
 #[allow(clippy::too_many_arguments)]

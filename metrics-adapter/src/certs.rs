@@ -1,6 +1,8 @@
 //! Certificate generation with rcgen: the self-signed serving pair used when no
-//! `--tls-cert-file` is given, and a small CA that issues server and client certificates
-//! for the `dev-certs` command (demo kubeconfig, front-proxy client) and for tests.
+//! `--tls-cert-file` is given, a small CA that issues server and client certificates
+//! for the `dev-certs` command (demo kubeconfig, front-proxy client) and for tests, and
+//! the CAs and serving certificates with explicit validity windows that
+//! [`crate::serving_cert`] keeps in its Secret.
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
@@ -16,6 +18,12 @@ pub enum Error {
     /// More organizations than one subject can carry here.
     #[error("at most two organizations per client certificate, got {0}")]
     TooManyOrganizations(usize),
+    /// A generated certificate failed its own inspection (a bug, not an input error).
+    #[error("generated certificate unusable: {0}")]
+    Unusable(String),
+    /// A validity bound outside what a certificate can carry.
+    #[error("validity bound {0} (unix seconds) is out of range")]
+    Validity(i64),
 }
 
 /// Result alias for this module.
@@ -48,6 +56,24 @@ fn server_params(hosts: &[&str]) -> Result<CertificateParams> {
     Ok(params)
 }
 
+/// A validity window in unix seconds, inclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validity {
+    /// First second the certificate is valid.
+    pub not_before: i64,
+    /// Last second the certificate is valid.
+    pub not_after: i64,
+}
+
+impl Validity {
+    fn apply(self, params: &mut CertificateParams) -> Result<()> {
+        let at = |t: i64| time::OffsetDateTime::from_unix_timestamp(t).map_err(|_| Error::Validity(t));
+        params.not_before = at(self.not_before)?;
+        params.not_after = at(self.not_after)?;
+        Ok(())
+    }
+}
+
 /// A self-signed serving certificate for the given host names and IP addresses.
 pub fn self_signed(hosts: &[&str]) -> Result<Pair> {
     let key = KeyPair::generate()?;
@@ -70,14 +96,33 @@ impl std::fmt::Debug for Ca {
 impl Ca {
     /// A new self-signed CA with the given common name.
     pub fn new(common_name: &str) -> Result<Self> {
+        Self::generate(common_name, None)
+    }
+
+    /// A new self-signed CA valid for exactly `validity`.
+    pub fn with_validity(common_name: &str, validity: Validity) -> Result<Self> {
+        Self::generate(common_name, Some(validity))
+    }
+
+    fn generate(common_name: &str, validity: Option<Validity>) -> Result<Self> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::default();
         params.distinguished_name.push(DnType::CommonName, common_name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages =
             vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        if let Some(v) = validity {
+            v.apply(&mut params)?;
+        }
         let cert = params.self_signed(&key)?;
         Ok(Self { cert_pem: cert.pem(), issuer: Issuer::new(params, key) })
+    }
+
+    /// A CA from its stored certificate and private key (both PEM).
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self> {
+        let key = KeyPair::from_pem(key_pem)?;
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, key)?;
+        Ok(Self { cert_pem: cert_pem.to_owned(), issuer })
     }
 
     /// The CA certificate, PEM.
@@ -85,10 +130,28 @@ impl Ca {
         &self.cert_pem
     }
 
+    /// The CA's private key, PEM (PKCS#8), for storing it.
+    pub fn key_pem(&self) -> String {
+        self.issuer.key().serialize_pem()
+    }
+
     /// A serving certificate for hosts (DNS names or IP addresses).
     pub fn server(&self, hosts: &[&str]) -> Result<Pair> {
+        self.issue_server(hosts, None)
+    }
+
+    /// A serving certificate for hosts, valid for exactly `validity`.
+    pub fn server_with_validity(&self, hosts: &[&str], validity: Validity) -> Result<Pair> {
+        self.issue_server(hosts, Some(validity))
+    }
+
+    fn issue_server(&self, hosts: &[&str], validity: Option<Validity>) -> Result<Pair> {
         let key = KeyPair::generate()?;
-        let cert = server_params(hosts)?.signed_by(&key, &self.issuer)?;
+        let mut params = server_params(hosts)?;
+        if let Some(v) = validity {
+            v.apply(&mut params)?;
+        }
+        let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Pair { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
     }
 
@@ -202,6 +265,26 @@ mod tests {
         assert!(ca.client("jane", &["team"]).is_ok());
         assert!(self_signed(&["ünïcode"]).is_err());
         assert!(matches!(ca.client("x", &["a", "b", "c"]), Err(Error::TooManyOrganizations(3))));
+    }
+
+    #[test]
+    fn a_stored_ca_signs_again_and_validity_is_exact() {
+        let window = Validity { not_before: 1_700_000_000, not_after: 1_800_000_000 };
+        let ca = Ca::with_validity("stored-ca", window).unwrap();
+        let again = Ca::from_pem(ca.cert_pem(), &ca.key_pem()).unwrap();
+        let leaf = again.server_with_validity(&["adapter.svc"], window).unwrap();
+        let (_, pem) = x509_parser::pem::parse_x509_pem(leaf.cert_pem.as_bytes()).unwrap();
+        let cert = pem.parse_x509().unwrap();
+        assert_eq!(cert.validity().not_before.timestamp(), window.not_before);
+        assert_eq!(cert.validity().not_after.timestamp(), window.not_after);
+        let (_, ca_pem) = x509_parser::pem::parse_x509_pem(ca.cert_pem().as_bytes()).unwrap();
+        let ca_cert = ca_pem.parse_x509().unwrap();
+        cert.verify_signature(Some(ca_cert.public_key())).unwrap();
+        assert!(Ca::from_pem(ca.cert_pem(), "not a key").is_err());
+        assert!(matches!(
+            Ca::with_validity("x", Validity { not_before: 0, not_after: i64::MAX }),
+            Err(Error::Validity(i64::MAX))
+        ));
     }
 
     #[test]

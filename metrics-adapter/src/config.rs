@@ -104,7 +104,8 @@ pub struct Args {
     /// How often the certificate files are checked for changes.
     #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_RELOAD_INTERVAL", value_parser = parse_duration, default_value = "10s")]
     pub tls_reload_interval: Duration,
-    /// Names and IPs of the self-signed certificate made when no certificate file is given.
+    /// Names and IPs of the certificate the adapter makes itself (with --tls-secret-name,
+    /// or the throwaway one made when neither that nor --tls-cert-file is given).
     #[arg(
         long,
         env = "GPU_METRICS_ADAPTER_SELF_SIGNED_HOSTS",
@@ -112,6 +113,31 @@ pub struct Args {
         default_value = "localhost,127.0.0.1"
     )]
     pub self_signed_hosts: Vec<String>,
+    /// Secret holding the adapter's own CA and serving certificate: created if missing,
+    /// shared by every replica, rotated before expiry (see docs/deploy.md).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_SECRET_NAME", conflicts_with_all = ["tls_cert_file", "standalone"])]
+    pub tls_secret_name: Option<String>,
+    /// Namespace of --tls-secret-name (in a pod: its own namespace).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_SECRET_NAMESPACE", default_value = "gpu-telemetry")]
+    pub tls_secret_namespace: String,
+    /// APIServices whose caBundle the adapter keeps equal to its CA bundle (with --tls-secret-name).
+    #[arg(
+        long,
+        env = "GPU_METRICS_ADAPTER_TLS_CA_BUNDLE_APISERVICES",
+        value_delimiter = ',',
+        requires = "tls_secret_name"
+    )]
+    pub tls_ca_bundle_apiservices: Vec<String>,
+    /// Lifetime of a CA the adapter makes (rotated when a third is left).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_CA_VALIDITY", value_parser = parse_duration, default_value = "43800h")]
+    pub tls_ca_validity: Duration,
+    /// Lifetime of a serving certificate the adapter makes (renewed when a third is left).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_CERT_VALIDITY", value_parser = parse_duration, default_value = "8760h")]
+    pub tls_cert_validity: Duration,
+    /// How often the Secret and the APIServices are checked; a next CA signs only after it
+    /// has been in every APIService for two of these.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_SECRET_CHECK_INTERVAL", value_parser = parse_duration, default_value = "1m")]
+    pub tls_secret_check_interval: Duration,
 
     /// Run without any Kubernetes API: authentication from files only, no TokenReview, no
     /// SubjectAccessReview (only system:masters is allowed), no labelSelector, exporters
@@ -313,6 +339,16 @@ mod tests {
         assert_eq!(a.secure_port, 2);
         assert!(Args::parse_from_args(["x", "--prometheus-url=http://p:9090"]).is_err());
         assert!(Args::parse_from_args(["x", "--tls-cert-file=a.pem"]).is_err());
+        // Self-provisioned and file certificates exclude each other; the bundle needs a Secret.
+        assert!(
+            Args::parse_from_args(["x", "--tls-secret-name=s", "--tls-cert-file=a", "--tls-private-key-file=b"])
+                .is_err()
+        );
+        assert!(Args::parse_from_args(["x", "--tls-secret-name=s", "--standalone"]).is_err());
+        assert!(Args::parse_from_args(["x", "--tls-ca-bundle-apiservices=v1beta1.custom.metrics.k8s.io"]).is_err());
+        let a = Args::parse_from_args(["x", "--tls-secret-name=s", "--tls-ca-bundle-apiservices=a,b"]).unwrap();
+        assert_eq!(a.tls_ca_bundle_apiservices, ["a", "b"]);
+        assert_eq!(a.tls_ca_validity, Duration::from_secs(43800 * 3600));
         assert!(Args::parse_from_args(["x", "--scrape-interval=soon"]).is_err());
     }
 }

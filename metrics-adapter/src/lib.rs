@@ -26,4 +26,5 @@ pub mod labels;
 pub mod quantity;
 pub mod selector;
 pub mod server;
+pub mod serving_cert;
 pub mod source;

@@ -49,6 +49,8 @@ pub struct Fake {
     pub resource_version: Arc<Mutex<u64>>,
     /// When set, TokenReview and SubjectAccessReview answer 500.
     pub fail_reviews: Arc<std::sync::atomic::AtomicBool>,
+    /// Secrets and APIServices (the serving-certificate Secret and caBundle).
+    pub objects: super::objects::Store,
 }
 
 impl Default for Fake {
@@ -66,6 +68,7 @@ impl Default for Fake {
             pod_events,
             resource_version: Arc::new(Mutex::new(100)),
             fail_reviews: Arc::default(),
+            objects: super::objects::Store::default(),
         }
     }
 }
@@ -124,6 +127,7 @@ impl Fake {
             .route("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", get(endpoint_slices))
             .route("/api/v1/pods", get(pods))
             .route("/api/v1/nodes", get(nodes))
+            .merge(self.objects.router())
             .fallback(|req: axum::extract::Request| async move {
                 status(StatusCode::NOT_FOUND, "NotFound", &format!("no route for {}", req.uri()))
             })

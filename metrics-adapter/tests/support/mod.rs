@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod apiserver;
+pub mod objects;
 pub mod prometheus;
 
 use std::net::SocketAddr;
