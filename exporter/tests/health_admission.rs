@@ -1,4 +1,4 @@
-//! Evaluates the ValidatingAdmissionPolicy in `deploy/health/admission-policy.yaml`
+//! Evaluates the ValidatingAdmissionPolicy in `deploy/base/health/admission-policy.yaml`
 //! (its variables, match condition and validations, in CEL) on the requests the health
 //! loop really makes (patches planned by `plan.rs`, applied as the API server would)
 //! and on requests it must not be able to make.
@@ -30,7 +30,7 @@ struct Policy {
 
 fn policy() -> Policy {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let text = std::fs::read_to_string(root.join("deploy/health/admission-policy.yaml")).unwrap();
+    let text = std::fs::read_to_string(root.join("deploy/base/health/admission-policy.yaml")).unwrap();
     let doc: Value = serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .find(|d: &Value| d["kind"] == "ValidatingAdmissionPolicy")

@@ -1,4 +1,4 @@
-//! `docs/health.md` and `deploy/health/` say what the code does: the XID table, the
+//! `docs/health.md` and `deploy/base/health/` say what the code does: the XID table, the
 //! metric families, the flags, and the names the admission policy and RBAC allow.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -57,7 +57,7 @@ fn every_health_flag_is_documented_with_its_variable() {
 #[test]
 fn the_deploy_files_allow_exactly_the_names_the_loop_writes() {
     let names = Names::new("gpu-telemetry.io");
-    let policy = read("deploy/health/admission-policy.yaml");
+    let policy = read("deploy/base/health/admission-policy.yaml");
     for name in [&names.taint_key, &names.state_annotation, &names.dry_run_annotation, &names.condition_type] {
         assert!(policy.contains(&format!("'{name}'")), "the admission policy does not name {name}");
     }
@@ -72,7 +72,7 @@ fn the_deploy_files_allow_exactly_the_names_the_loop_writes() {
         config_map: "gpu-health-breaker".into(),
         grace: std::time::Duration::from_secs(300),
     };
-    let rbac = read("deploy/health/rbac.yaml");
+    let rbac = read("deploy/base/health/rbac.yaml");
     assert!(policy.contains(&format!("'{}'", breaker.config_map)));
     assert!(rbac.contains(&format!("[\"{}\"]", breaker.config_map)));
     let args = <Args as clap::Parser>::try_parse_from(["gpu-exporter"]).unwrap();

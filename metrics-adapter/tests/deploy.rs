@@ -1,84 +1,520 @@
-//! The manifests under `deploy/` render with `kubectl kustomize`, register both API
-//! versions with v1beta2 preferred against a Service that exists, bind the roles
-//! delegated authentication needs, and pass the binary flags it accepts.
+//! The adapter's manifests, as every way of installing `deploy/` renders them
+//! (`kubectl kustomize` of the top level, the base, each overlay, and the base with every
+//! component at once):
+//! - both API versions registered, v1beta2 preferred, against a Service that exists, with
+//!   no `insecureSkipTLSVerify` anywhere;
+//! - every flag and environment variable the Deployment passes is accepted by the
+//!   adapter's own parser (`Args::parse_from_args`), the environment applied as clap
+//!   applies it;
+//! - exactly one serving-certificate mode: self-provisioned (base: the Secret, the
+//!   APIServices to write the caBundle of, the RBAC and admission policy that allow just
+//!   that) or cert-manager (the Certificate's Secret mounted and passed as
+//!   `--tls-cert-file`/`--tls-private-key-file`, CA injection, none of the above);
+//! - the optional Prometheus source, where enabled, has its rules file mounted;
+//! - delegated-authentication RBAC, the PodDisruptionBudget, the security context.
+//!
+//! Cross-cutting checks (schemas, images, generated objects) are in
+//! `exporter/tests/deploy.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-use gpu_metrics_adapter::config::Args;
+use clap::{ArgAction, CommandFactory};
+use gpu_metrics_adapter::config::{Args, Cli};
 use gpu_metrics_adapter::source::prometheus::rules;
-use serde_json::Value;
+use serde::Deserialize;
+use serde_json::{Value, json};
 
-fn render() -> Vec<Value> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/adapter");
-    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into());
-    let out = std::process::Command::new(&kubectl)
-        .args(["kustomize", dir.to_str().unwrap()])
-        .output()
-        .unwrap_or_else(|e| panic!("this test needs kubectl ({kubectl}): {e}"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().canonicalize().unwrap()
+}
+
+fn kustomize(dir: &Path) -> Vec<Value> {
+    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let out = std::process::Command::new(&kubectl).args(["kustomize", dir.to_str().unwrap()]).output().unwrap_or_else(|e| {
+        panic!("this test needs kubectl ({kubectl}: {e}); install kubectl 1.27+ or set KUBECTL (scripts/check-deploy checks)")
+    });
+    assert!(out.status.success(), "kubectl kustomize {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     serde_yaml_ng::Deserializer::from_str(&text)
         .map(|doc| serde_json::to_value(serde_yaml_ng::Value::deserialize(doc).unwrap()).unwrap())
+        .filter(|v| !v.is_null())
         .collect()
 }
 
-use serde::Deserialize;
-
-fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    docs.iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind} {name}"))
+/// The path from directory `from` to `to`, both absolute (kustomize refuses absolute ones).
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let from: Vec<_> = from.components().collect();
+    let to: Vec<_> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut path: PathBuf = (common..from.len()).map(|_| "..").collect();
+    path.extend(&to[common..]);
+    path
 }
 
-#[test]
-fn manifests_register_both_versions_and_match_the_binary() {
-    let docs = render();
-    let v2 = find(&docs, "APIService", "v1beta2.custom.metrics.k8s.io");
-    let v1 = find(&docs, "APIService", "v1beta1.custom.metrics.k8s.io");
-    assert_eq!(v2["spec"]["group"], "custom.metrics.k8s.io");
-    assert_eq!((v2["spec"]["version"].as_str(), v1["spec"]["version"].as_str()), (Some("v1beta2"), Some("v1beta1")));
-    assert!(
-        v2["spec"]["versionPriority"].as_i64() > v1["spec"]["versionPriority"].as_i64(),
-        "v1beta2 must be preferred"
-    );
-    for api in [v1, v2] {
-        let svc = &api["spec"]["service"];
-        let service = find(&docs, "Service", svc["name"].as_str().unwrap());
-        assert_eq!(service["metadata"]["namespace"], svc["namespace"]);
-        let port = service["spec"]["ports"].as_array().unwrap().iter().find(|p| p["port"] == svc["port"]).unwrap();
-        assert_eq!(port["targetPort"], "https");
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    out.sort();
+    out
+}
+
+struct Render {
+    name: String,
+    docs: Vec<Value>,
+}
+
+fn renders() -> &'static [Render] {
+    static RENDERS: OnceLock<Vec<Render>> = OnceLock::new();
+    RENDERS.get_or_init(|| {
+        let root = repo();
+        let deploy = root.join("deploy");
+        let mut dirs = vec![deploy.clone(), deploy.join("base")];
+        dirs.extend(subdirs(&deploy.join("overlays")));
+        let mut out: Vec<Render> = dirs
+            .iter()
+            .map(|d| Render { name: d.strip_prefix(&root).unwrap().display().to_string(), docs: kustomize(d) })
+            .collect();
+        // All components at once: they must combine (e.g. prometheus-operator + cert-manager).
+        let tmp = tempfile::tempdir().unwrap();
+        let at = tmp.path().canonicalize().unwrap();
+        let components = subdirs(&deploy.join("components"));
+        let list = |paths: &[PathBuf]| {
+            paths.iter().map(|p| format!("  - {}\n", relative(&at, p).display())).collect::<String>()
+        };
+        std::fs::write(
+            at.join("kustomization.yaml"),
+            format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n{}components:\n{}",
+                list(&[deploy.join("base")]),
+                list(&components)
+            ),
+        )
+        .unwrap();
+        out.push(Render { name: "components: all".into(), docs: kustomize(&at) });
+        for wanted in
+            ["deploy/overlays/prometheus", "deploy/overlays/prometheus-operator", "deploy/overlays/cert-manager"]
+        {
+            assert!(out.iter().any(|r| r.name == wanted), "{wanted} is missing");
+        }
+        out
+    })
+}
+
+fn render(name: &str) -> &'static Render {
+    renders().iter().find(|r| r.name == name).unwrap()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    docs.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+}
+
+fn get<'a>(r: &'a Render, kind: &str, name: &str) -> &'a Value {
+    find(&r.docs, kind, name).unwrap_or_else(|| panic!("{}: no {kind} {name}", r.name))
+}
+
+fn all<'a>(docs: &'a [Value], kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    docs.iter().filter(move |d| d["kind"] == kind)
+}
+
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array().map(|a| a.iter().map(|s| s.as_str().unwrap()).collect()).unwrap_or_default()
+}
+
+fn deployment(r: &Render) -> &Value {
+    get(r, "Deployment", "gpu-metrics-adapter")
+}
+
+fn container(r: &Render) -> &Value {
+    let containers = deployment(r)["spec"]["template"]["spec"]["containers"].as_array().unwrap();
+    containers.iter().find(|c| c["name"] == "adapter").unwrap_or_else(|| panic!("{}: no adapter container", r.name))
+}
+
+fn env_var<'a>(c: &'a Value, name: &str) -> Option<&'a Value> {
+    c["env"].as_array().into_iter().flatten().find(|e| e["name"] == name)
+}
+
+fn env_value(r: &Render, var: &Value) -> String {
+    if let Some(v) = var.get("value") {
+        return v.as_str().unwrap().to_owned();
     }
+    match var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+        Some("metadata.namespace") => deployment(r)["metadata"]["namespace"].as_str().unwrap().to_owned(),
+        Some("metadata.name") => "gpu-metrics-adapter-0".into(),
+        Some("spec.nodeName") => "node-1".into(),
+        _ => panic!("{}: cannot resolve {var} (teach env_value how)", r.name),
+    }
+}
 
-    let deploy = find(&docs, "Deployment", "gpu-metrics-adapter");
-    let container = &deploy["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(container["ports"][0]["name"], "https");
-    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
-    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/livez");
+/// argv from the container's args and environment, the environment applied as clap
+/// applies it: a variable counts only where its flag is not given.
+fn argv(r: &Render) -> Vec<String> {
+    let c = container(r);
+    let args: Vec<String> = strings(&c["args"]).into_iter().map(str::to_owned).collect();
+    let command = Cli::command();
+    let by_env: BTreeMap<String, &clap::Arg> =
+        command.get_arguments().filter_map(|a| Some((a.get_env()?.to_str()?.to_owned(), a))).collect();
     let mut argv = vec!["gpu-metrics-adapter".to_owned()];
-    argv.extend(container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()));
-    let args = Args::parse_from_args(&argv).unwrap_or_else(|e| panic!("deployment args rejected: {e}"));
-    assert_eq!(args.secure_port, container["ports"][0]["containerPort"].as_u64().unwrap() as u16);
-    assert_eq!(args.exporter_namespace, "gpu-telemetry");
-    assert!(!args.standalone);
+    for var in c["env"].as_array().into_iter().flatten() {
+        let name = var["name"].as_str().unwrap();
+        let arg = by_env.get(name).unwrap_or_else(|| {
+            panic!(
+                "{}: gpu-metrics-adapter reads no environment variable {name} (it is the env of none of its flags)",
+                r.name
+            )
+        });
+        let long = arg.get_long().unwrap();
+        if args.iter().any(|a| a == &format!("--{long}") || a.starts_with(&format!("--{long}="))) {
+            continue;
+        }
+        let value = env_value(r, var);
+        match arg.get_action() {
+            ArgAction::SetTrue => {
+                if !["", "0", "false", "no", "off", "n", "f"].contains(&value.to_lowercase().as_str()) {
+                    argv.push(format!("--{long}"));
+                }
+            }
+            _ => argv.push(format!("--{long}={value}")),
+        }
+    }
+    argv.extend(args);
+    argv
+}
 
-    let reader = find(&docs, "RoleBinding", "gpu-metrics-adapter-auth-reader");
-    assert_eq!(reader["metadata"]["namespace"], "kube-system");
-    assert_eq!(reader["roleRef"]["name"], "extension-apiserver-authentication-reader");
-    let delegator = find(&docs, "ClusterRoleBinding", "gpu-metrics-adapter:system:auth-delegator");
-    assert_eq!(delegator["roleRef"]["name"], "system:auth-delegator");
-    let hpa = find(&docs, "ClusterRoleBinding", "hpa-controller-gpu-custom-metrics");
-    assert_eq!(hpa["subjects"][0]["name"], "horizontal-pod-autoscaler");
-    assert_eq!(hpa["subjects"][0]["namespace"], "kube-system");
+fn parsed(r: &Render) -> Args {
+    let argv = argv(r);
+    Args::parse_from_args(&argv).unwrap_or_else(|e| panic!("{}: the adapter refuses {argv:?}: {e}", r.name))
+}
+
+const SELF_PROVISIONING_ENV: [&str; 4] = [
+    "GPU_METRICS_ADAPTER_TLS_SECRET_NAME",
+    "GPU_METRICS_ADAPTER_TLS_SECRET_NAMESPACE",
+    "GPU_METRICS_ADAPTER_TLS_CA_BUNDLE_APISERVICES",
+    "GPU_METRICS_ADAPTER_SELF_SIGNED_HOSTS",
+];
+const APISERVICES: [&str; 2] = ["v1beta1.custom.metrics.k8s.io", "v1beta2.custom.metrics.k8s.io"];
+
+#[test]
+fn every_overlay_registers_both_versions_against_the_adapter_service() {
+    for r in renders() {
+        let v2 = get(r, "APIService", APISERVICES[1]);
+        let v1 = get(r, "APIService", APISERVICES[0]);
+        assert_eq!(v2["spec"]["group"], "custom.metrics.k8s.io");
+        assert_eq!(
+            (v2["spec"]["version"].as_str(), v1["spec"]["version"].as_str()),
+            (Some("v1beta2"), Some("v1beta1"))
+        );
+        assert!(
+            v2["spec"]["versionPriority"].as_i64() > v1["spec"]["versionPriority"].as_i64(),
+            "v1beta2 must be preferred"
+        );
+        for api in [v1, v2] {
+            // The aggregator verifies the adapter; the caBundle is written at run time.
+            assert!(
+                api["spec"].get("insecureSkipTLSVerify").is_none(),
+                "{}: {} skips TLS verification",
+                r.name,
+                api["metadata"]["name"]
+            );
+            assert!(
+                api["spec"].get("caBundle").is_none(),
+                "{}: a caBundle in the manifests would be overwritten",
+                r.name
+            );
+            let svc = &api["spec"]["service"];
+            let service = get(r, "Service", svc["name"].as_str().unwrap());
+            assert_eq!(service["metadata"]["namespace"], svc["namespace"]);
+            let port = service["spec"]["ports"].as_array().unwrap().iter().find(|p| p["port"] == svc["port"]).unwrap();
+            assert_eq!(port["targetPort"], "https");
+        }
+    }
 }
 
 #[test]
-fn example_rules_are_valid() {
-    let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/adapter/prometheus-rules.yaml"))
+fn every_overlay_passes_flags_and_variables_the_adapter_accepts() {
+    for r in renders() {
+        let c = container(r);
+        let args = parsed(r);
+        assert_eq!(args.secure_port as u64, c["ports"][0]["containerPort"].as_u64().unwrap(), "{}", r.name);
+        assert_eq!(c["ports"][0]["name"], "https");
+        assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+        assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/livez");
+        assert_eq!(args.exporter_namespace, "gpu-telemetry");
+        let exporter = get(r, "Service", &args.exporter_service);
+        assert_eq!(exporter["metadata"]["namespace"], args.exporter_namespace.as_str());
+        assert!(
+            exporter["spec"]["ports"].as_array().unwrap().iter().any(|p| p["name"] == args.exporter_port_name.as_str())
+        );
+        assert!(!args.standalone);
+    }
+}
+
+/// `<service>.<namespace>.svc` is the name the aggregator checks the serving certificate for.
+fn aggregator_dials(r: &Render) -> String {
+    let svc = &get(r, "APIService", APISERVICES[1])["spec"]["service"];
+    format!("{}.{}.svc", svc["name"].as_str().unwrap(), svc["namespace"].as_str().unwrap())
+}
+
+/// Roles bound to the adapter's ServiceAccount.
+fn adapter_rules(r: &Render) -> Vec<&Value> {
+    let mut out = Vec::new();
+    for (binding_kind, role_kind) in [("RoleBinding", "Role"), ("ClusterRoleBinding", "ClusterRole")] {
+        for b in all(&r.docs, binding_kind) {
+            let bound = b["subjects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["kind"] == "ServiceAccount" && s["name"] == "gpu-metrics-adapter");
+            if !bound || b["roleRef"]["kind"] != role_kind {
+                continue;
+            }
+            if let Some(role) = all(&r.docs, role_kind).find(|role| {
+                role["metadata"]["name"] == b["roleRef"]["name"]
+                    && (role_kind == "ClusterRole" || role["metadata"]["namespace"] == b["metadata"]["namespace"])
+            }) {
+                out.extend(role["rules"].as_array().unwrap().iter());
+            }
+        }
+    }
+    out
+}
+
+fn grants(rules: &[&Value], group: &str, resource: &str, verb: &str) -> Option<Vec<String>> {
+    rules
+        .iter()
+        .find(|rule| {
+            strings(&rule["apiGroups"]).contains(&group)
+                && strings(&rule["resources"]).contains(&resource)
+                && strings(&rule["verbs"]).contains(&verb)
+        })
+        .map(|rule| strings(&rule["resourceNames"]).into_iter().map(str::to_owned).collect())
+}
+
+#[test]
+fn the_base_provisions_its_own_serving_certificate_with_least_privilege() {
+    for name in ["deploy", "deploy/base", "deploy/overlays/prometheus", "deploy/overlays/prometheus-operator"] {
+        let r = render(name);
+        let c = container(r);
+        let value =
+            |n: &str| env_var(c, n).map(|v| env_value(r, v)).unwrap_or_else(|| panic!("{name}: {n} is not set"));
+        assert_eq!(value("GPU_METRICS_ADAPTER_TLS_SECRET_NAME"), "gpu-metrics-adapter-serving");
+        assert_eq!(
+            env_var(c, "GPU_METRICS_ADAPTER_TLS_SECRET_NAMESPACE").unwrap()["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.namespace"
+        );
+        let mut apiservices: Vec<String> =
+            value("GPU_METRICS_ADAPTER_TLS_CA_BUNDLE_APISERVICES").split(',').map(str::to_owned).collect();
+        apiservices.sort();
+        assert_eq!(apiservices, APISERVICES);
+        let args = parsed(r);
+        assert!(args.tls_cert_file.is_none() && args.tls_private_key_file.is_none(), "{name}");
+        assert!(args.self_signed_hosts.contains(&aggregator_dials(r)), "{name}: {:?}", args.self_signed_hosts);
+
+        // RBAC: that Secret and those APIServices, nothing more.
+        let rules = adapter_rules(r);
+        let secret = vec!["gpu-metrics-adapter-serving".to_owned()];
+        assert_eq!(grants(&rules, "", "secrets", "get"), Some(secret.clone()), "{name}");
+        assert_eq!(grants(&rules, "", "secrets", "update"), Some(secret), "{name}");
+        assert_eq!(grants(&rules, "", "secrets", "create"), Some(vec![]), "{name}: create (limited by admission)");
+        assert_eq!(grants(&rules, "", "secrets", "list"), None, "{name}: the adapter must not read other Secrets");
+        assert_eq!(grants(&rules, "", "secrets", "delete"), None, "{name}");
+        for verb in ["get", "patch"] {
+            let mut names = grants(&rules, "apiregistration.k8s.io", "apiservices", verb)
+                .unwrap_or_else(|| panic!("{name}: apiservices {verb}"));
+            names.sort();
+            assert_eq!(names, APISERVICES, "{name}: apiservices {verb}");
+        }
+        let secret_role = all(&r.docs, "Role")
+            .find(|role| {
+                role["rules"].as_array().unwrap().iter().any(|x| strings(&x["resources"]).contains(&"secrets"))
+            })
             .unwrap();
-    let cm: Value = serde_json::to_value(serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&text).unwrap()).unwrap();
-    let parsed = rules::parse(cm["data"]["rules.yaml"].as_str().unwrap(), "prometheus-rules.yaml").unwrap();
-    assert_eq!(parsed[0].name, "request_latency_ms");
-    assert!(parsed[0].resources.contains_key("pods"));
+        assert_eq!(secret_role["metadata"]["namespace"], "gpu-telemetry", "{name}: the Secret's namespace only");
+        // The admission policy that narrows `create` (its CEL is evaluated in exporter/tests/deploy.rs).
+        let policy = all(&r.docs, "ValidatingAdmissionPolicy")
+            .find(|p| p["spec"]["matchConditions"][0]["expression"].as_str().unwrap().contains("gpu-metrics-adapter"))
+            .unwrap_or_else(|| panic!("{name}: no admission policy for the adapter's Secret"));
+        assert!(
+            find(&r.docs, "ValidatingAdmissionPolicyBinding", policy["metadata"]["name"].as_str().unwrap()).is_some()
+        );
+        for api in APISERVICES {
+            assert!(
+                get(r, "APIService", api)["metadata"]["annotations"].get("cert-manager.io/inject-ca-from").is_none()
+            );
+        }
+    }
+}
+
+#[test]
+fn with_cert_manager_the_adapter_serves_the_issued_certificate_and_provisions_nothing() {
+    let with: Vec<&Render> = renders().iter().filter(|r| all(&r.docs, "Certificate").next().is_some()).collect();
+    assert!(with.iter().any(|r| r.name == "deploy/overlays/cert-manager"));
+    assert!(with.iter().any(|r| r.name == "components: all"));
+    for r in with {
+        let c = container(r);
+        let pod = &deployment(r)["spec"]["template"]["spec"];
+        for var in SELF_PROVISIONING_ENV {
+            assert!(env_var(c, var).is_none(), "{}: {var} is still set", r.name);
+        }
+        let args = parsed(r);
+        let cert = args.tls_cert_file.clone().unwrap_or_else(|| panic!("{}: no --tls-cert-file", r.name));
+        let key = args.tls_private_key_file.clone().unwrap();
+
+        // The files come from the serving Certificate's Secret.
+        let certificates: Vec<_> = all(&r.docs, "Certificate").collect();
+        let serving: Vec<_> = certificates.iter().filter(|x| x["spec"]["isCA"] != true).collect();
+        assert_eq!(serving.len(), 1, "{}", r.name);
+        let serving = serving[0];
+        let secret = serving["spec"]["secretName"].as_str().unwrap();
+        let mount = c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| cert.starts_with(m["mountPath"].as_str().unwrap()))
+            .unwrap_or_else(|| panic!("{}: {} is not on a mounted volume", r.name, cert.display()));
+        assert_eq!(mount["readOnly"], true);
+        let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
+        assert_eq!(volume["secret"]["secretName"], secret, "{}", r.name);
+        let dir = Path::new(mount["mountPath"].as_str().unwrap());
+        assert_eq!((cert, key), (dir.join("tls.crt"), dir.join("tls.key")), "{}: the kubernetes.io/tls keys", r.name);
+
+        // The certificate names what the aggregator dials, is for serving, and is signed by
+        // a CA Issuer whose CA comes from a self-signed Issuer.
+        let names = strings(&serving["spec"]["dnsNames"]);
+        assert!(names.contains(&aggregator_dials(r).as_str()), "{}: {names:?}", r.name);
+        let usages = strings(&serving["spec"]["usages"]);
+        assert!(usages.is_empty() || usages.contains(&"server auth"), "{}", r.name);
+        let issuer = get(r, "Issuer", serving["spec"]["issuerRef"]["name"].as_str().unwrap());
+        let ca_secret = issuer["spec"]["ca"]["secretName"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{}: the serving Issuer is not a CA Issuer", r.name));
+        let ca = certificates.iter().find(|x| x["spec"]["secretName"] == ca_secret).unwrap();
+        assert_eq!(ca["spec"]["isCA"], true);
+        let root = get(r, "Issuer", ca["spec"]["issuerRef"]["name"].as_str().unwrap());
+        assert!(root["spec"]["selfSigned"].is_object(), "{}", r.name);
+        for x in certificates.iter().chain([&issuer, &root]) {
+            assert_eq!(x["metadata"]["namespace"], "gpu-telemetry");
+            let kind = x["spec"]["issuerRef"]["kind"].as_str();
+            assert!(kind.is_none() || kind == Some("Issuer"));
+        }
+
+        // The caBundle is that CA, injected by cert-manager.
+        let inject = format!(
+            "{}/{}",
+            serving["metadata"]["namespace"].as_str().unwrap(),
+            serving["metadata"]["name"].as_str().unwrap()
+        );
+        for api in APISERVICES {
+            assert_eq!(
+                get(r, "APIService", api)["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+                inject.as_str()
+            );
+        }
+
+        // Least privilege: the self-provisioning permissions are gone.
+        let rules = adapter_rules(r);
+        for (group, resource, verb) in [
+            ("", "secrets", "get"),
+            ("", "secrets", "create"),
+            ("", "secrets", "update"),
+            ("apiregistration.k8s.io", "apiservices", "patch"),
+        ] {
+            assert_eq!(grants(&rules, group, resource, verb), None, "{}: still grants {resource} {verb}", r.name);
+        }
+        assert!(
+            all(&r.docs, "ValidatingAdmissionPolicy").all(|p| !p["spec"]["matchConditions"][0]["expression"]
+                .as_str()
+                .unwrap()
+                .contains("gpu-metrics-adapter")),
+            "{}: the adapter's Secret policy is left behind",
+            r.name
+        );
+    }
+}
+
+#[test]
+fn every_overlay_keeps_one_adapter_through_disruptions() {
+    for r in renders() {
+        let d = deployment(r);
+        let pdb = get(r, "PodDisruptionBudget", "gpu-metrics-adapter");
+        assert_eq!(pdb["metadata"]["namespace"], d["metadata"]["namespace"]);
+        assert_eq!(d["spec"]["replicas"], 2, "{}", r.name);
+        assert_eq!(pdb["spec"]["minAvailable"], 1, "{}", r.name);
+        let labels = &d["spec"]["template"]["metadata"]["labels"];
+        let selector = pdb["spec"]["selector"]["matchLabels"].as_object().unwrap();
+        assert!(
+            !selector.is_empty() && selector.iter().all(|(k, v)| labels[k] == *v),
+            "{}: the PDB does not select the adapter",
+            r.name
+        );
+    }
+}
+
+#[test]
+fn the_adapter_runs_unprivileged() {
+    for r in renders() {
+        let pod = &deployment(r)["spec"]["template"]["spec"];
+        let c = container(r);
+        let effective = |key: &str| {
+            let v = &c["securityContext"][key];
+            if v.is_null() { pod["securityContext"][key].clone() } else { v.clone() }
+        };
+        assert_eq!(effective("runAsNonRoot"), true, "{}", r.name);
+        assert_eq!(effective("runAsUser"), 65532, "{}", r.name);
+        assert_eq!(effective("runAsGroup"), 65532, "{}", r.name);
+        assert_eq!(effective("readOnlyRootFilesystem"), true, "{}", r.name);
+        assert_eq!(effective("allowPrivilegeEscalation"), false, "{}", r.name);
+        assert_eq!(effective("capabilities"), json!({"drop": ["ALL"]}), "{}", r.name);
+        assert_eq!(effective("seccompProfile"), json!({"type": "RuntimeDefault"}), "{}", r.name);
+    }
+}
+
+#[test]
+fn delegated_authentication_is_bound_in_every_overlay() {
+    for r in renders() {
+        let reader = get(r, "RoleBinding", "gpu-metrics-adapter-auth-reader");
+        assert_eq!(reader["metadata"]["namespace"], "kube-system");
+        assert_eq!(reader["roleRef"]["name"], "extension-apiserver-authentication-reader");
+        let delegator = get(r, "ClusterRoleBinding", "gpu-metrics-adapter:system:auth-delegator");
+        assert_eq!(delegator["roleRef"]["name"], "system:auth-delegator");
+        let hpa = get(r, "ClusterRoleBinding", "hpa-controller-gpu-custom-metrics");
+        assert_eq!(hpa["subjects"][0]["name"], "horizontal-pod-autoscaler");
+        assert_eq!(hpa["subjects"][0]["namespace"], "kube-system");
+    }
+}
+
+#[test]
+fn where_the_prometheus_source_is_on_its_rules_are_mounted_and_valid() {
+    let mut enabled = Vec::new();
+    for r in renders() {
+        let args = parsed(r);
+        let Some(url) = args.prometheus_url.clone() else {
+            assert!(args.prometheus_rules_file.is_none());
+            continue;
+        };
+        enabled.push(r.name.as_str());
+        let file = args.prometheus_rules_file.clone().unwrap();
+        let c = container(r);
+        let pod = &deployment(r)["spec"]["template"]["spec"];
+        let mount = c["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| file.starts_with(m["mountPath"].as_str().unwrap()))
+            .unwrap_or_else(|| panic!("{}: {} is not on a mounted volume", r.name, file.display()));
+        let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
+        let map = get(r, "ConfigMap", volume["configMap"]["name"].as_str().unwrap());
+        let key = file.strip_prefix(mount["mountPath"].as_str().unwrap()).unwrap().to_str().unwrap();
+        let text = map["data"][key].as_str().unwrap_or_else(|| panic!("{}: ConfigMap has no key {key}", r.name));
+        let parsed = rules::parse(text, key).unwrap_or_else(|e| panic!("{}: {e}", r.name));
+        assert!(parsed.iter().any(|rule| rule.name == "request_latency_ms"));
+        assert!(url.starts_with("http://") || url.starts_with("https://"));
+    }
+    assert!(enabled.contains(&"deploy/overlays/prometheus-operator"), "{enabled:?}");
+    assert_eq!(
+        parsed(render("deploy/overlays/prometheus-operator")).prometheus_url.as_deref(),
+        Some("http://prometheus-operated.monitoring.svc:9090")
+    );
 }
