@@ -9,42 +9,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-/// Builds the other binaries this test runs (once they are built, this is a no-op).
-fn target_dir() -> PathBuf {
-    let out = Command::new(env!("CARGO"))
-        .args(["build", "-p", "fake-nvml", "-p", "fake-kubelet", "-p", "gpu-exporter"])
-        .current_dir(repo())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    Path::new(env!("CARGO_BIN_EXE_gpu-metrics-adapter")).parent().unwrap().to_path_buf()
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use support::node::{Killed, SimulatedNode, repo, wait_until};
 
 fn kubectl(kubeconfig: &Path, path: &str) -> Option<serde_json::Value> {
     let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into());
@@ -65,47 +33,9 @@ fn values(list: &serde_json::Value) -> Vec<(String, String)> {
 
 #[test]
 fn the_seeds_hpa_questions_are_answered_from_the_simulated_node() {
-    let target = target_dir();
     let dir = tempfile::tempdir().unwrap();
-    let scenario = repo().join("fake-nvml/scenarios/seed-mixed-node.yaml");
-    let socket = dir.path().join("kubelet.sock");
-    let _kubelet = Killed(
-        Command::new(target.join("fake-kubelet"))
-            .arg("--scenario")
-            .arg(&scenario)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--procfs")
-            .arg(dir.path().join("proc"))
-            .arg("--pod-logs")
-            .arg(dir.path().join("pods"))
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_until("the kubelet socket", || socket.exists());
-
-    let exporter_port = support::prometheus::Prometheus::reserve_port();
-    let mut exporter = Command::new(target.join("gpu-exporter"))
-        .arg("--nvml-library")
-        .arg(target.join("libfake_nvml.so"))
-        .args(["--web.listen-address", &format!("127.0.0.1:{exporter_port}"), "--collect-interval", "500ms"])
-        .args(["--nvml.call-timeout", "200ms", "--kubernetes.api", "off", "--health.enabled=false"])
-        .arg("--kubelet.pod-resources-socket")
-        .arg(&socket)
-        .arg("--path.procfs")
-        .arg(dir.path().join("proc"))
-        .arg("--path.pod-logs")
-        .arg(dir.path().join("pods"))
-        .env("FAKE_NVML_SCENARIO", &scenario)
-        .env("FAKE_NVML_FROZEN_AT", "60")
-        .env("KUBECONFIG", "/nonexistent")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = exporter.stderr.take().unwrap();
-    std::thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
-    let _exporter = Killed(exporter);
+    let node = SimulatedNode::start(&repo().join("fake-nvml/scenarios/seed-mixed-node.yaml"), "60");
+    let exporter_port = node.exporter_port;
 
     let certs = dir.path().join("certs");
     let adapter_port = support::prometheus::Prometheus::reserve_port();

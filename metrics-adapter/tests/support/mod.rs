@@ -1,9 +1,12 @@
 //! Shared test support: certificates, in-test exporters, a TLS client that talks to the
-//! adapter like the aggregator or kubectl, a raw TLS client for malformed requests, and
-//! starting the adapter in-process.
+//! adapter like the aggregator or kubectl, a raw TLS client for malformed requests,
+//! starting the adapter in-process, the simulated GPU node (`node`) and rendering
+//! `deploy/` (`kustomize`).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod apiserver;
+pub mod kustomize;
+pub mod node;
 pub mod objects;
 pub mod prometheus;
 

@@ -1,0 +1,108 @@
+//! The simulated GPU node, for end-to-end tests: fake-kubelet serves a fake-nvml
+//! scenario's pod-resources socket, /proc and pod logs, and the real gpu-exporter binary
+//! reads the scenario's GPUs through nvml-wrapper loading the fake library, exactly as it
+//! loads libnvidia-ml.so.1 on a GPU node.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The workspace root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Builds the other binaries the simulated node runs (once they are built, this is a
+/// no-op) and returns the directory holding them.
+pub fn target_dir() -> PathBuf {
+    let out = Command::new(env!("CARGO"))
+        .args(["build", "-p", "fake-nvml", "-p", "fake-kubelet", "-p", "gpu-exporter"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    Path::new(env!("CARGO_BIN_EXE_gpu-metrics-adapter")).parent().unwrap().to_path_buf()
+}
+
+/// A child process killed and reaped when dropped.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Polls `ok` every 100 ms until it holds; fails after 60 s.
+pub fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// fake-kubelet and gpu-exporter running one scenario; both stop when this is dropped.
+pub struct SimulatedNode {
+    /// The exporter's port on 127.0.0.1 (`/metrics`).
+    pub exporter_port: u16,
+    // Drop order: the exporter, then the kubelet, then their files.
+    _exporter: Killed,
+    _kubelet: Killed,
+    _dir: tempfile::TempDir,
+}
+
+impl SimulatedNode {
+    /// Starts the node on `scenario` with the scenario clock frozen at `frozen_at`
+    /// seconds; returns once the kubelet socket exists (the exporter may still be on its
+    /// first collection: poll its output).
+    pub fn start(scenario: &Path, frozen_at: &str) -> Self {
+        let target = target_dir();
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("kubelet.sock");
+        let kubelet = Killed(
+            Command::new(target.join("fake-kubelet"))
+                .arg("--scenario")
+                .arg(scenario)
+                .arg("--socket")
+                .arg(&socket)
+                .arg("--procfs")
+                .arg(dir.path().join("proc"))
+                .arg("--pod-logs")
+                .arg(dir.path().join("pods"))
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_until("the kubelet socket", || socket.exists());
+
+        let exporter_port = super::prometheus::Prometheus::reserve_port();
+        let mut exporter = Command::new(target.join("gpu-exporter"))
+            .arg("--nvml-library")
+            .arg(target.join("libfake_nvml.so"))
+            .args(["--web.listen-address", &format!("127.0.0.1:{exporter_port}"), "--collect-interval", "500ms"])
+            .args(["--nvml.call-timeout", "200ms", "--kubernetes.api", "off", "--health.enabled=false"])
+            .arg("--kubelet.pod-resources-socket")
+            .arg(&socket)
+            .arg("--path.procfs")
+            .arg(dir.path().join("proc"))
+            .arg("--path.pod-logs")
+            .arg(dir.path().join("pods"))
+            .env("FAKE_NVML_SCENARIO", scenario)
+            .env("FAKE_NVML_FROZEN_AT", frozen_at)
+            .env("KUBECONFIG", "/nonexistent")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = exporter.stderr.take().unwrap();
+        std::thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
+        Self { exporter_port, _exporter: Killed(exporter), _kubelet: kubelet, _dir: dir }
+    }
+
+    /// The exporter's metrics URL.
+    pub fn metrics_url(&self) -> String {
+        format!("http://127.0.0.1:{}/metrics", self.exporter_port)
+    }
+}
