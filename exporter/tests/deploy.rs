@@ -51,7 +51,7 @@ fn kubectl() -> String {
 
 const KUBECTL_INSTALL: &str = "kubectl 1.27 or newer (kustomize v5), or KUBECTL=/path/to/kubectl";
 const PROMETHEUS_INSTALL: &str = "apt-get install -y prometheus (.ci/run does)";
-const VALIDATE_INSTALL: &str = "python3 -m pip install kubernetes-validate==1.37.0 (scripts/check-deploy does)";
+const VALIDATE_INSTALL: &str = "python3 -m pip install kubernetes-validate==1.37.0 (scripts/install-test-deps does)";
 
 fn parse_docs(text: &str) -> Vec<Value> {
     serde_yaml_ng::Deserializer::from_str(text)
@@ -1223,6 +1223,20 @@ fn every_overlay_passes_flags_and_variables_the_exporter_accepts() {
         assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
         assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     }
+}
+
+#[test]
+fn the_health_loop_ships_in_dry_run_and_the_enforce_component_turns_it_on() {
+    let command = Args::command();
+    for r in renders() {
+        let argv = argv_with_env(r, daemonset(r), exporter_container(r), &command, "gpu-exporter");
+        let args = Args::try_parse_from(&argv).unwrap();
+        assert!(args.health.enabled, "{}", r.name);
+        // Every component together includes health-enforce; nothing else may enforce.
+        let enforcing = r.name.starts_with("components:");
+        assert_eq!(args.health.dry_run, !enforcing, "{}: dry run is {}", r.name, args.health.dry_run);
+    }
+    assert!(renders().iter().any(|r| r.name.starts_with("components:")), "the all-components render is there");
 }
 
 #[test]

@@ -320,7 +320,7 @@ fn the_base_provisions_its_own_serving_certificate_with_least_privilege() {
         assert_eq!(grants(&rules, "", "secrets", "create"), Some(vec![]), "{name}: create (limited by admission)");
         assert_eq!(grants(&rules, "", "secrets", "list"), None, "{name}: the adapter must not read other Secrets");
         assert_eq!(grants(&rules, "", "secrets", "delete"), None, "{name}");
-        for verb in ["get", "patch"] {
+        for verb in ["get", "update"] {
             let mut names = grants(&rules, "apiregistration.k8s.io", "apiservices", verb)
                 .unwrap_or_else(|| panic!("{name}: apiservices {verb}"));
             names.sort();
@@ -419,7 +419,7 @@ fn with_cert_manager_the_adapter_serves_the_issued_certificate_and_provisions_no
             ("", "secrets", "get"),
             ("", "secrets", "create"),
             ("", "secrets", "update"),
-            ("apiregistration.k8s.io", "apiservices", "patch"),
+            ("apiregistration.k8s.io", "apiservices", "update"),
         ] {
             assert_eq!(grants(&rules, group, resource, verb), None, "{}: still grants {resource} {verb}", r.name);
         }

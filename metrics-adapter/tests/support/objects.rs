@@ -1,8 +1,9 @@
 //! Secrets and APIServices for the in-test API server, with the real server's write
 //! semantics: POST of an existing name answers 409 AlreadyExists, PUT carrying a stale
 //! `metadata.resourceVersion` answers 409 Conflict, every write bumps the version. Tests
-//! can inject answers (500, 409) and hold the first reads of an object until several
-//! clients have asked, to start them at the same moment.
+//! can inject answers (500, 409), hold the first reads of an object until several
+//! clients have asked (to start them at the same moment), and enforce RBAC rules (the
+//! rendered Roles of `deploy/`): a request they do not allow answers 403.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -33,6 +34,9 @@ struct Held {
 /// (method, path) → answers to give instead of the real one, in order
 type Injected = BTreeMap<(String, String), VecDeque<u16>>;
 
+/// A role's namespace (None for a ClusterRole) and its `rules`.
+pub type Role = (Option<String>, Value);
+
 /// The object store.
 #[derive(Clone, Default)]
 pub struct Store {
@@ -40,6 +44,8 @@ pub struct Store {
     version: Arc<Mutex<u64>>,
     injected: Arc<Mutex<Injected>>,
     held: Arc<Mutex<Held>>,
+    /// When set: (namespace of a Role, or None for a ClusterRole, its `rules`).
+    rbac: Arc<Mutex<Option<Vec<Role>>>>,
     released: Arc<Notify>,
     pub answered: Arc<Mutex<Vec<Answered>>>,
 }
@@ -97,6 +103,41 @@ impl Store {
     /// The first `n` GETs of `path` wait until all `n` have arrived.
     pub fn hold_reads(&self, path: &str, n: usize) {
         self.held.lock().unwrap().gates.insert(path.to_owned(), (n, 0));
+    }
+
+    /// From now on only what these rules allow is served; each entry is the namespace of
+    /// a Role (None for a ClusterRole) and that role's `rules`.
+    pub fn enforce_rbac(&self, roles: Vec<Role>) {
+        *self.rbac.lock().unwrap() = Some(roles);
+    }
+
+    /// Whether RBAC allows `verb` on `path` (`/api/v1/namespaces/{ns}/secrets/{name}` or
+    /// `/apis/apiregistration.k8s.io/v1/apiservices/{name}`, name absent for create).
+    fn allowed(&self, verb: &str, path: &str) -> bool {
+        let Some(roles) = self.rbac.lock().unwrap().clone() else { return true };
+        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let (group, namespace, resource, name) = match parts.as_slice() {
+            ["api", "v1", "namespaces", ns, resource, rest @ ..] => ("", Some(*ns), *resource, rest.first().copied()),
+            ["apis", group, _, resource, rest @ ..] => (*group, None, *resource, rest.first().copied()),
+            _ => return false,
+        };
+        let has = |list: &Value, want: &str| {
+            list.as_array().is_some_and(|l| l.iter().any(|v| v.as_str() == Some(want) || v.as_str() == Some("*")))
+        };
+        roles.iter().any(|(role_ns, rules)| {
+            (role_ns.is_none() || role_ns.as_deref() == namespace)
+                && rules.as_array().into_iter().flatten().any(|r| {
+                    has(&r["apiGroups"], group)
+                        && has(&r["resources"], resource)
+                        && has(&r["verbs"], verb)
+                        && match r["resourceNames"].as_array() {
+                            None => true,
+                            Some(names) if names.is_empty() => true,
+                            // RBAC cannot limit create by name: a named rule never allows it.
+                            Some(names) => name.is_some_and(|n| names.iter().any(|x| x.as_str() == Some(n))),
+                        }
+                })
+        })
     }
 
     /// Answers to `method path`, in order.
@@ -157,8 +198,17 @@ impl Store {
         }
     }
 
+    fn forbidden(&self, method: &str, verb: &str, path: &str) -> Option<Response> {
+        (!self.allowed(verb, path)).then(|| {
+            self.answer(method, path, status(403, "Forbidden", &format!("RBAC: {verb} {path} is not allowed")))
+        })
+    }
+
     async fn read(&self, path: String) -> Response {
         self.gate(&path).await;
+        if let Some(denied) = self.forbidden("GET", "get", &path) {
+            return denied;
+        }
         if let Some(code) = self.injected("GET", &path) {
             return self.answer("GET", &path, status(code, reason_of(code), "injected"));
         }
@@ -177,6 +227,9 @@ impl Store {
             return self.answer("POST", &collection, status(422, "Invalid", "metadata.name: Required value"));
         };
         let path = format!("{collection}/{name}");
+        if let Some(denied) = self.forbidden("POST", "create", &collection) {
+            return denied;
+        }
         if let Some(code) = self.injected("POST", &path) {
             return self.answer("POST", &path, status(code, reason_of(code), "injected"));
         }
@@ -195,6 +248,9 @@ impl Store {
     }
 
     async fn replace(&self, path: String, body: Bytes) -> Response {
+        if let Some(denied) = self.forbidden("PUT", "update", &path) {
+            return denied;
+        }
         if let Some(code) = self.injected("PUT", &path) {
             return self.answer("PUT", &path, status(code, reason_of(code), "injected"));
         }
