@@ -1,5 +1,6 @@
 //! The exporter binary with `--web.config.file`: TLS, client certificates and basic
-//! auth accepted and refused end to end, on the simulated node.
+//! auth accepted and refused end to end, on the simulated node; the probe paths answer
+//! a client with neither.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -64,9 +65,15 @@ async fn tls_client_certificates_and_basic_auth_guard_metrics() {
     let missing = get(addr, Some(&good_client), "/metrics", &[]).await.unwrap();
     assert_eq!(missing.status, 401);
 
+    // The kubelet's probes: HTTPS, no client certificate, no password.
     let no_cert = ClientTls::trusting(&ca);
-    let refused = get(addr, Some(&no_cert), "/metrics", &[("authorization", &auth)]).await;
-    assert!(refused.is_err(), "a client without a certificate is refused");
+    for path in ["/healthz", "/readyz"] {
+        let probe = get(addr, Some(&no_cert), path, &[]).await.unwrap();
+        assert_eq!(probe.status, 200, "{path} without credentials: {}", probe.body);
+    }
+    let refused = get(addr, Some(&no_cert), "/metrics", &[("authorization", &auth)]).await.unwrap();
+    assert_eq!(refused.status, 403, "a client without a certificate is refused");
+    assert!(!refused.body.contains("gpu_utilization"));
     let foreign = ClientTls::trusting(&ca).with_identity(&other.client(&["prometheus"]));
     assert!(get(addr, Some(&foreign), "/metrics", &[("authorization", &auth)]).await.is_err());
     let plain = get(addr, None, "/metrics", &[]).await.unwrap();

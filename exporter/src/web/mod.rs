@@ -7,6 +7,39 @@
 //! must work here unchanged, and what it cannot do here must stop the exporter with a
 //! message instead of being ignored.
 //!
+//! Probe paths (`/healthz`, `/readyz`) are served without authentication and outside the
+//! rate limit; `/metrics` and every other path keep every check the web config asks for.
+//! The kubelet's HTTP probes carry no credentials (no `Authorization` header, no client
+//! certificate), so a protected probe makes the kubelet restart a healthy exporter, or
+//! forces the password into the DaemonSet. Kubernetes' own components do the same: the API
+//! server always allows `/healthz`, `/livez` and `/readyz`, and its TLS handshake requests
+//! a client certificate without requiring one, authenticating per request instead. The
+//! bodies say only "ok" or why the exporter is not ready.
+//!
+//! Required client certificates (`client_auth_type: RequireAndVerifyClientCert` or
+//! `RequireAnyClientCert`) are enforced per request for the same reason, not in the
+//! handshake: the kubelet's HTTPS probe presents no certificate, so a handshake that
+//! demands one can never pass. Here the handshake asks for a certificate and lets a
+//! client without one finish; such a connection gets the probe paths and `403` for
+//! everything else. A certificate that is presented is verified in the handshake exactly
+//! as configured (CA chain, client-auth usage, `client_allowed_sans`): a bad certificate
+//! still fails the handshake, even for a probe. Options weighed:
+//! - the exporter-toolkit's behaviour (node_exporter: no exemption, the handshake fails):
+//!   HTTPS probes impossible; only `tcpSocket` probes remain, which cannot tell ready;
+//! - a second, plain-HTTP probe listener (etcd's `--listen-metrics-urls`, the kubelet's
+//!   healthz port): another unencrypted, unauthenticated port on every GPU node, a port
+//!   to allocate and a manifest change, to serve the same two answers;
+//! - request-but-enforce-per-path (chosen): one port, probes unchanged except for
+//!   `scheme: HTTPS`. The cost: a client without a certificate completes a TLS handshake
+//!   and reaches the HTTP layer (still bounded by `max_connections` and the header read
+//!   timeout) and can learn whether the exporter is alive and ready; it reads nothing
+//!   else. A scanner that checks the handshake sees the certificate as optional.
+//!
+//! The probe paths are compared with the request path exactly, as the router matches
+//! routes, so no other route is reached without authentication (`/healthz/`, `//healthz`
+//! or `/metrics?x=/healthz` are not probe paths). [`ServeOptions::probe_paths`] changes
+//! the list for a library user; the exporter uses [`PROBE_PATHS`].
+//!
 //! How it is used:
 //! ```no_run
 //! # async fn run(path: Option<&std::path::Path>, router: axum::Router) -> Result<(), Box<dyn std::error::Error>> {
@@ -44,5 +77,5 @@ pub mod serve;
 mod tls;
 
 pub use config::{RateLimitSettings, WebConfig, WebConfigError};
-pub use serve::{ServeError, ServeOptions, serve, serve_with};
+pub use serve::{PROBE_PATHS, ServeError, ServeOptions, serve, serve_with};
 pub use tls::ClientAuth;

@@ -13,9 +13,14 @@
 //!    connection) must arrive within `header_read_timeout`, so an idle or slow client
 //!    cannot hold a slot forever; HTTP/2 connections send keep-alive PINGs and close when
 //!    the peer stops answering.
-//! 3. Each request: rate limit (`429`), then basic auth (`401` with `WWW-Authenticate`),
-//!    then the router with `ConnectInfo<SocketAddr>` set; the configured headers are added
-//!    to every response, the refusals included.
+//! 3. Each request: the probe paths ([`ServeOptions::probe_paths`], `/healthz` and
+//!    `/readyz`) go straight to the router. Every other request: rate limit (`429`), then,
+//!    where `client_auth_type` requires a client certificate and the connection has none,
+//!    `403`; then basic auth (`401` with `WWW-Authenticate`); then the router. The router
+//!    sees `ConnectInfo<SocketAddr>`; the configured headers are added to every
+//!    response, the refusals included. Why the probe paths are open, and why a required
+//!    client certificate is enforced here rather than in the handshake: see the
+//!    [module documentation](super).
 //!
 //! Limits and shutdown: at most `max_connections` connections (handshaking or open) at a
 //! time; at the limit, accepting pauses and new clients wait in the kernel backlog. When
@@ -78,7 +83,15 @@ pub struct ServeOptions {
     pub header_read_timeout: Duration,
     /// Connections served (or handshaking) at once; more wait in the kernel backlog.
     pub max_connections: usize,
+    /// Paths served without authentication (basic auth, a required client certificate)
+    /// and outside the rate limit: the kubelet's probes carry no credentials. Compared
+    /// with the request's path exactly (no normalisation, no prefix match), the way the
+    /// router matches routes. Default: [`PROBE_PATHS`].
+    pub probe_paths: Vec<String>,
 }
+
+/// The exporter's probe endpoints: liveness and readiness.
+pub const PROBE_PATHS: &[&str] = &["/healthz", "/readyz"];
 
 impl Default for ServeOptions {
     fn default() -> Self {
@@ -87,6 +100,7 @@ impl Default for ServeOptions {
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(30),
             max_connections: 512,
+            probe_paths: PROBE_PATHS.iter().map(|p| (*p).to_owned()).collect(),
         }
     }
 }
@@ -114,7 +128,14 @@ pub async fn serve_with(
     let addr = listener.local_addr().map_err(ServeError::LocalAddr)?;
     let auth = config.users().map(|users| Authenticator::new(users.clone())).transpose()?;
     let limiter = config.rate_limit().map(|r| TokenBucket::new(r.burst, r.interval));
-    let handler = Arc::new(RequestHandler { router, auth, limiter, headers: config.headers().to_vec() });
+    let handler = Arc::new(RequestHandler {
+        router,
+        auth,
+        limiter,
+        headers: config.headers().to_vec(),
+        require_client_cert: config.client_auth().requires_cert(),
+        probe_paths: options.probe_paths.clone(),
+    });
     let context = Arc::new(ConnectionContext {
         tls: config.tls().cloned(),
         http2: config.http2(),
@@ -128,7 +149,8 @@ pub async fn serve_with(
         basic_auth_users = config.users().map_or(0, |users| users.len()),
         client_auth = ?config.client_auth(),
         web_config = ?config.source(),
-        "serving HTTP"
+        probe_paths = ?options.probe_paths,
+        "serving HTTP (probe paths without authentication)"
     );
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -274,7 +296,8 @@ async fn connection(
         } else {
             Protocol::Http1
         };
-        serve_http(&context, TokioIo::new(stream), remote, protocol, stop).await;
+        let peer = Peer { remote, client_cert: false };
+        serve_http(&context, TokioIo::new(stream), peer, protocol, stop).await;
         return;
     };
     let handshake = tokio::time::timeout(context.options.handshake_timeout, tls_handshake(&tls, stream, remote));
@@ -289,8 +312,19 @@ async fn connection(
         },
         () = stopped(&mut stop) => return,
     };
-    let protocol = if stream.get_ref().1.alpn_protocol() == Some(b"h2") { Protocol::Http2 } else { Protocol::Http1 };
-    serve_http(&context, TokioIo::new(stream), remote, protocol, stop).await;
+    let session = stream.get_ref().1;
+    let protocol = if session.alpn_protocol() == Some(b"h2") { Protocol::Http2 } else { Protocol::Http1 };
+    // Only a certificate the verifier accepted gets this far: a rejected one fails the handshake.
+    let client_cert = session.peer_certificates().is_some_and(|chain| !chain.is_empty());
+    serve_http(&context, TokioIo::new(stream), Peer { remote, client_cert }, protocol, stop).await;
+}
+
+/// Who is at the other end of a connection.
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    remote: SocketAddr,
+    /// The client presented a certificate and the handshake's verifier accepted it.
+    client_cert: bool,
 }
 
 /// HTTP/2 connections have no header timeout; PINGs find peers that vanished (a node
@@ -349,7 +383,7 @@ async fn answer_plain_http(mut stream: TcpStream) {
 async fn serve_http<I>(
     context: &ConnectionContext,
     io: TokioIo<I>,
-    remote: SocketAddr,
+    peer: Peer,
     protocol: Protocol,
     mut stop: watch::Receiver<bool>,
 ) where
@@ -358,7 +392,7 @@ async fn serve_http<I>(
     let handler = context.handler.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let handler = handler.clone();
-        async move { Ok::<_, Infallible>(handler.handle(request, remote).await) }
+        async move { Ok::<_, Infallible>(handler.handle(request, peer).await) }
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(context.options.header_read_timeout);
@@ -380,41 +414,57 @@ async fn serve_http<I>(
         }
     };
     if let Err(e) = outcome {
-        tracing::debug!(%remote, ?protocol, error = %e, "connection ended with an error");
+        tracing::debug!(remote = %peer.remote, ?protocol, error = %e, "connection ended with an error");
     }
 }
 
-/// Rate limit, basic auth and headers around the router.
+/// Probe paths, rate limit, client-certificate requirement, basic auth and headers
+/// around the router.
 struct RequestHandler {
     router: Router,
     auth: Option<Authenticator>,
     limiter: Option<TokenBucket>,
     headers: Vec<(HeaderName, HeaderValue)>,
+    /// `client_auth_type` requires a certificate: enforced per request (see the module docs).
+    require_client_cert: bool,
+    probe_paths: Vec<String>,
 }
 
 impl RequestHandler {
-    async fn handle(&self, request: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
-        let mut response = self.respond(request, remote).await;
+    async fn handle(&self, request: Request<Incoming>, peer: Peer) -> Response<Body> {
+        let mut response = self.respond(request, peer).await;
         for (name, value) in &self.headers {
             response.headers_mut().insert(name.clone(), value.clone());
         }
         response
     }
 
-    async fn respond(&self, mut request: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
-        if let Some(limiter) = &self.limiter {
-            if !limiter.allow() {
-                tracing::debug!(%remote, "rate limit exceeded");
-                return text_response(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
+    fn is_probe(&self, request: &Request<Incoming>) -> bool {
+        let path = request.uri().path();
+        self.probe_paths.iter().any(|p| p == path)
+    }
+
+    async fn respond(&self, mut request: Request<Incoming>, peer: Peer) -> Response<Body> {
+        let remote = peer.remote;
+        if !self.is_probe(&request) {
+            if let Some(limiter) = &self.limiter {
+                if !limiter.allow() {
+                    tracing::debug!(%remote, "rate limit exceeded");
+                    return text_response(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
+                }
             }
-        }
-        if let Some(auth) = &self.auth {
-            let verdict = auth.check(request.headers().get(AUTHORIZATION)).await;
-            if verdict != Verdict::Allowed {
-                tracing::debug!(%remote, ?verdict, path = request.uri().path(), "basic auth refused the request");
-                let mut response = text_response(StatusCode::UNAUTHORIZED, "Unauthorized\n");
-                response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static(basic_auth::CHALLENGE));
-                return response;
+            if self.require_client_cert && !peer.client_cert {
+                tracing::debug!(%remote, path = request.uri().path(), "no client certificate; refused");
+                return text_response(StatusCode::FORBIDDEN, "Forbidden: a client certificate is required\n");
+            }
+            if let Some(auth) = &self.auth {
+                let verdict = auth.check(request.headers().get(AUTHORIZATION)).await;
+                if verdict != Verdict::Allowed {
+                    tracing::debug!(%remote, ?verdict, path = request.uri().path(), "basic auth refused the request");
+                    let mut response = text_response(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+                    response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static(basic_auth::CHALLENGE));
+                    return response;
+                }
             }
         }
         request.extensions_mut().insert(ConnectInfo(remote));

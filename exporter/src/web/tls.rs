@@ -17,7 +17,11 @@
 //!   anything, check only the handshake signature), `RequireAnyClientCert` (same, but a
 //!   certificate is required), `VerifyClientCertIfGiven` and `RequireAndVerifyClientCert`
 //!   (webpki chain check against `client_ca_file`, client-auth EKU). `RequireClientCert`
-//!   is accepted as the toolkit's old alias of `RequireAnyClientCert`.
+//!   is accepted as the toolkit's old alias of `RequireAnyClientCert`. Where Go fails the
+//!   handshake of a client without a certificate under the two `Require...` policies,
+//!   this module lets it finish and the serving loop answers `403` to every request on
+//!   that connection except the probe paths (why: [`super`]); a certificate that is
+//!   presented is checked in the handshake as in Go, and a bad one still fails it.
 //! - `client_allowed_sans`: after the above, the client certificate must carry one of the
 //!   listed SAN values (exact string match, as Go does; see [`super::san`]).
 //!
@@ -417,24 +421,27 @@ impl TlsSettings {
         let roots = self.client_roots()?;
         let algorithms = provider.signature_verification_algorithms;
         let hints = roots.as_ref().map(RootCertStore::subjects).unwrap_or_default();
-        let verify_with = |roots: Option<RootCertStore>, optional: bool| -> Result<Arc<dyn ClientCertVerifier>> {
+        let verify_with = |roots: Option<RootCertStore>| -> Result<Arc<dyn ClientCertVerifier>> {
             let roots = roots.ok_or_else(|| TlsError::Invalid {
                 field: "tls_server_config.client_ca_file",
                 reason: "required when client_auth_type verifies client certificates".to_owned(),
             })?;
             let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
-            let builder = if optional { builder.allow_unauthenticated() } else { builder };
-            builder.build().map_err(|e| TlsError::Invalid {
+            builder.allow_unauthenticated().build().map_err(|e| TlsError::Invalid {
                 field: "tls_server_config.client_ca_file",
                 reason: format!("cannot verify client certificates with it: {e}"),
             })
         };
+        // The two `Require...` policies let a handshake without a certificate finish, so
+        // that the kubelet's probes (which never present one) reach the probe paths; the
+        // serving loop refuses every other request on such a connection with 403. A
+        // certificate that is presented is checked here exactly as the policy says.
         let base: Arc<dyn ClientCertVerifier> = match self.client_auth {
             ClientAuth::NoClientCert => return Ok(WebPkiClientVerifier::no_client_auth()),
-            ClientAuth::RequestClientCert => Arc::new(AnyClientCert { mandatory: false, hints, algorithms }),
-            ClientAuth::RequireAnyClientCert => Arc::new(AnyClientCert { mandatory: true, hints, algorithms }),
-            ClientAuth::VerifyClientCertIfGiven => verify_with(roots, true)?,
-            ClientAuth::RequireAndVerifyClientCert => verify_with(roots, false)?,
+            ClientAuth::RequestClientCert | ClientAuth::RequireAnyClientCert => {
+                Arc::new(AnyClientCert { hints, algorithms })
+            }
+            ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert => verify_with(roots)?,
         };
         Ok(match &self.allowed_sans {
             Some(allowed) => Arc::new(SanAllowList { inner: base, allowed: allowed.clone() }),
@@ -453,16 +460,16 @@ impl TlsSettings {
 
 /// `RequestClientCert` / `RequireAnyClientCert`: take any certificate without chain
 /// validation, as Go does; the handshake signature still proves the client holds its key.
+/// Never mandatory in the handshake (`RequireAnyClientCert` is enforced per request).
 #[derive(Debug)]
 struct AnyClientCert {
-    mandatory: bool,
     hints: Vec<DistinguishedName>,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
 impl ClientCertVerifier for AnyClientCert {
     fn client_auth_mandatory(&self) -> bool {
-        self.mandatory
+        false
     }
 
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
