@@ -20,7 +20,7 @@ use crate::api::{self, AppState, ReadyCheck};
 use crate::auth::authn::{Authenticator, TokenReviewer};
 use crate::auth::authz::Authorizer;
 use crate::auth::config::{self as authcfg, AuthnConfig, FileSettings};
-use crate::config::Args;
+use crate::config::{Args, show_duration};
 use crate::expfmt::Limits;
 use crate::http_client::HttpClient;
 use crate::labels::LabelStore;
@@ -106,6 +106,20 @@ async fn kube_client(args: &Args) -> Result<kube::Client> {
     kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
 }
 
+/// The cross-checks between flags that clap's per-flag ranges cannot make, before any
+/// client is built or file read. (Each flag's own range is enforced while parsing.)
+pub fn check_flags(args: &Args) -> Result<()> {
+    if args.direct_source && args.max_age < args.scrape_interval {
+        return Err(Error::Config(format!(
+            "--max-age (GPU_METRICS_ADAPTER_MAX_AGE) {} shorter than --scrape-interval \
+             (GPU_METRICS_ADAPTER_SCRAPE_INTERVAL) {} would leave metrics missing between scrapes",
+            show_duration(args.max_age),
+            show_duration(args.scrape_interval)
+        )));
+    }
+    Ok(())
+}
+
 /// Reads the authentication ConfigMap.
 pub async fn fetch_auth_configmap(
     client: &kube::Client,
@@ -123,6 +137,7 @@ pub async fn fetch_auth_configmap(
 impl App {
     /// Validates the configuration, connects what must be connected and binds the port.
     pub async fn build(args: &Args) -> Result<Self> {
+        check_flags(args)?;
         let client = if args.standalone { None } else { Some(kube_client(args).await?) };
         let mut tasks: Vec<TaskFactory> = Vec::new();
         let mut ready_checks: Vec<ReadyCheck> = Vec::new();
@@ -151,12 +166,6 @@ impl App {
             } else {
                 return Err(Error::Config("--standalone has no EndpointSlice discovery: give --exporter-url".into()));
             };
-            if args.max_age < args.scrape_interval {
-                return Err(Error::Config(format!(
-                    "--max-age ({:?}) shorter than --scrape-interval ({:?}) would leave metrics missing between scrapes",
-                    args.max_age, args.scrape_interval
-                )));
-            }
             let http = HttpClient::new(args.exporter_ca_file.as_deref(), 0)
                 .map_err(|e| Error::Config(format!("--exporter-ca-file: {e}")))?;
             let cfg = direct::Config {

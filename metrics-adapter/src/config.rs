@@ -2,11 +2,23 @@
 //! environment variable named `GPU_METRICS_ADAPTER_<FLAG>` (upper case, `-` and `.` as
 //! `_`); Kubernetes-style names are kept for the flags aggregated API servers share
 //! (`--secure-port`, `--tls-cert-file`, `--client-ca-file`, `--requestheader-*`).
+//!
+//! Every duration and number flag has a valid range, stated in its `--help` text and in
+//! the README's flag table with the reason, and enforced while the command line is parsed
+//! ([`Bounded`]): a value outside it stops the adapter with exit code 2 before anything
+//! starts, with a message naming the flag, its environment variable and the range. Limits
+//! that depend on another flag (`--max-age` at least `--scrape-interval`,
+//! `--tls-cert-validity` at most a third of `--tls-ca-validity`) are cross-checks with
+//! their own messages, in `app.rs` and `serving_cert`.
 
+use std::ffi::OsStr;
+use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser;
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 
 /// Parses `500ms`, `15s`, `2m`, `1h`, or combinations such as `1m30s`.
@@ -37,6 +49,103 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
     Ok(total)
 }
+
+/// The value parser of a duration or number flag with a valid range: parses with
+/// `parse`, then refuses anything outside `min..=max`. The refusal names the flag, its
+/// environment variable and the range (clap alone names only the flag, even for a value
+/// read from the variable).
+#[derive(Clone, Copy)]
+pub struct Bounded<T: 'static> {
+    parse: fn(&str) -> Result<T, String>,
+    show: fn(&T) -> String,
+    min: T,
+    max: T,
+}
+
+impl<T> fmt::Debug for Bounded<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bounded").field("range", &self.range()).finish()
+    }
+}
+
+impl Bounded<Duration> {
+    /// A duration flag, read by [`parse_duration`].
+    pub fn duration(min: Duration, max: Duration) -> Self {
+        Bounded { parse: parse_duration, show: |d| show_duration(*d), min, max }
+    }
+}
+
+impl<T: FromStr + fmt::Display> Bounded<T> {
+    /// A whole-number flag.
+    pub fn number(min: T, max: T) -> Self {
+        Bounded {
+            parse: |text| text.trim().parse::<T>().map_err(|_| format!("{text:?} is not a whole number")),
+            show: ToString::to_string,
+            min,
+            max,
+        }
+    }
+}
+
+impl<T> Bounded<T> {
+    /// The range as help texts and the README state it, e.g. `100ms to 5m`.
+    pub fn range(&self) -> String {
+        format!("{} to {}", (self.show)(&self.min), (self.show)(&self.max))
+    }
+}
+
+impl<T: PartialOrd> Bounded<T> {
+    /// Parses and range-checks one value; the error says why and gives the range.
+    pub fn check(&self, text: &str) -> Result<T, String> {
+        let value = (self.parse)(text).map_err(|e| format!("{e}; valid: {}", self.range()))?;
+        if value >= self.min && value <= self.max {
+            Ok(value)
+        } else {
+            Err(format!("{} is outside the valid range {}", text.trim(), self.range()))
+        }
+    }
+}
+
+impl<T: PartialOrd + Clone + Send + Sync + 'static> TypedValueParser for Bounded<T> {
+    type Value = T;
+
+    fn parse_ref(&self, cmd: &clap::Command, arg: Option<&clap::Arg>, value: &OsStr) -> Result<T, clap::Error> {
+        let names = match arg {
+            None => "this argument".to_owned(),
+            Some(arg) => {
+                let flag = arg.get_long().map_or_else(|| arg.get_id().to_string(), |l| format!("--{l}"));
+                match arg.get_env() {
+                    Some(env) => format!("flag {flag}, variable {}", env.to_string_lossy()),
+                    None => format!("flag {flag}"),
+                }
+            }
+        };
+        let this = self.clone();
+        let check = move |text: &str| this.check(text).map_err(|reason| format!("{reason} ({names})"));
+        check.parse_ref(cmd, arg, value)
+    }
+}
+
+/// A duration the way the flags are written: `0s`, `250ms`, `15s`, `1m30s`, `43800h`.
+pub fn show_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    let parts = [(ms / 3_600_000, "h"), (ms / 60_000 % 60, "m"), (ms / 1000 % 60, "s"), (ms % 1000, "ms")];
+    let text: String = parts.iter().filter(|(n, _)| *n > 0).map(|(n, unit)| format!("{n}{unit}")).collect();
+    if text.is_empty() { "0s".to_owned() } else { text }
+}
+
+const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+const fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+const HOUR: u64 = 3600;
+const KIB: usize = 1024;
+const MIB: usize = 1024 * 1024;
+const GIB: usize = 1024 * 1024 * 1024;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -92,8 +201,8 @@ pub struct Args {
     /// Address to listen on.
     #[arg(long, env = "GPU_METRICS_ADAPTER_BIND_ADDRESS", default_value = "0.0.0.0")]
     pub bind_address: IpAddr,
-    /// HTTPS port (0 picks a free port).
-    #[arg(long, env = "GPU_METRICS_ADAPTER_SECURE_PORT", default_value_t = 6443)]
+    /// HTTPS port, 0 to 65535 (0 picks a free port).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SECURE_PORT", default_value_t = 6443, value_parser = Bounded::number(0u16, 65535))]
     pub secure_port: u16,
     /// Serving certificate (PEM chain). Without it a self-signed pair is generated at start.
     #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_CERT_FILE", requires = "tls_private_key_file")]
@@ -101,8 +210,9 @@ pub struct Args {
     /// Serving private key (PEM).
     #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_PRIVATE_KEY_FILE", requires = "tls_cert_file")]
     pub tls_private_key_file: Option<PathBuf>,
-    /// How often the certificate files are checked for changes.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_RELOAD_INTERVAL", value_parser = parse_duration, default_value = "10s")]
+    /// How often the certificate files are checked for changes, 100ms to 1h. A check is
+    /// a stat of two files; an hour is well inside any certificate's renewal window.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_RELOAD_INTERVAL", value_parser = Bounded::duration(ms(100), secs(HOUR)), default_value = "10s")]
     pub tls_reload_interval: Duration,
     /// Names and IPs of the certificate the adapter makes itself (with --tls-secret-name,
     /// or the throwaway one made when neither that nor --tls-cert-file is given).
@@ -128,15 +238,17 @@ pub struct Args {
         requires = "tls_secret_name"
     )]
     pub tls_ca_bundle_apiservices: Vec<String>,
-    /// Lifetime of a CA the adapter makes (rotated when a third is left).
-    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_CA_VALIDITY", value_parser = parse_duration, default_value = "43800h")]
+    /// Lifetime of a CA the adapter makes (rotated when a third is left), 9s to 87600h
+    /// (10 years, kubeadm's CA lifetime), and at least three times --tls-cert-validity.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_CA_VALIDITY", value_parser = Bounded::duration(secs(9), secs(87600 * HOUR)), default_value = "43800h")]
     pub tls_ca_validity: Duration,
-    /// Lifetime of a serving certificate the adapter makes (renewed when a third is left).
-    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_CERT_VALIDITY", value_parser = parse_duration, default_value = "8760h")]
+    /// Lifetime of a serving certificate the adapter makes (renewed when a third is left),
+    /// 3s to 29200h (a third of the longest CA), and at most a third of --tls-ca-validity.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_CERT_VALIDITY", value_parser = Bounded::duration(secs(3), secs(29200 * HOUR)), default_value = "8760h")]
     pub tls_cert_validity: Duration,
-    /// How often the Secret and the APIServices are checked; a next CA signs only after it
-    /// has been in every APIService for two of these.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_SECRET_CHECK_INTERVAL", value_parser = parse_duration, default_value = "1m")]
+    /// How often the Secret and the APIServices are checked, 100ms to 1h; a next CA signs
+    /// only after it has been in every APIService for two of these.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_SECRET_CHECK_INTERVAL", value_parser = Bounded::duration(ms(100), secs(HOUR)), default_value = "1m")]
     pub tls_secret_check_interval: Duration,
 
     /// Run without any Kubernetes API: authentication from files only, no TokenReview, no
@@ -147,8 +259,10 @@ pub struct Args {
     /// kubeconfig to reach the API server (default: in-cluster, then $KUBECONFIG / ~/.kube/config).
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// Deadline for each request to the Kubernetes API.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_KUBE_API_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
+    /// Deadline for each request to the Kubernetes API, 1s to 5m. The aggregator gives up
+    /// on a metrics request after a minute; a TokenReview or SubjectAccessReview slower
+    /// than that is not answering.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_KUBE_API_TIMEOUT", value_parser = Bounded::duration(secs(1), secs(300)), default_value = "10s")]
     pub kube_api_timeout: Duration,
 
     /// CA bundle for client certificates (user = CN, groups = O). Overrides the ConfigMap.
@@ -195,17 +309,21 @@ pub struct Args {
     /// Do not read kube-system/extension-apiserver-authentication.
     #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_SKIP_LOOKUP")]
     pub authentication_skip_lookup: bool,
-    /// How often authentication settings (ConfigMap and CA files) are re-read.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_CONFIG_REFRESH", value_parser = parse_duration, default_value = "60s")]
+    /// How often authentication settings (ConfigMap and CA files) are re-read, 100ms to
+    /// 1h. A rotated front-proxy or client CA is trusted at most this late.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_CONFIG_REFRESH", value_parser = Bounded::duration(ms(100), secs(HOUR)), default_value = "60s")]
     pub authentication_config_refresh: Duration,
-    /// How long TokenReview answers are cached.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_TOKEN_CACHE_TTL", value_parser = parse_duration, default_value = "10s")]
+    /// How long TokenReview answers are cached, 0s to 1h (0s: not cached). A revoked token
+    /// keeps working this long.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_TOKEN_CACHE_TTL", value_parser = Bounded::duration(secs(0), secs(HOUR)), default_value = "10s")]
     pub authentication_token_cache_ttl: Duration,
-    /// How long SubjectAccessReview allows are cached.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_ALLOW_TTL", value_parser = parse_duration, default_value = "10s")]
+    /// How long SubjectAccessReview allows are cached, 0s to 1h (0s: not cached). A
+    /// withdrawn permission keeps working this long.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_ALLOW_TTL", value_parser = Bounded::duration(secs(0), secs(HOUR)), default_value = "10s")]
     pub authorization_cache_allow_ttl: Duration,
-    /// How long SubjectAccessReview denials are cached.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_DENY_TTL", value_parser = parse_duration, default_value = "10s")]
+    /// How long SubjectAccessReview denials are cached, 0s to 1h (0s: not cached). A
+    /// granted permission takes this long to work.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_DENY_TTL", value_parser = Bounded::duration(secs(0), secs(HOUR)), default_value = "10s")]
     pub authorization_cache_deny_ttl: Duration,
 
     /// Serve GPU metrics scraped directly from the exporters.
@@ -235,20 +353,26 @@ pub struct Args {
     /// File holding a bearer token sent to exporters.
     #[arg(long, env = "GPU_METRICS_ADAPTER_EXPORTER_BEARER_TOKEN_FILE")]
     pub exporter_bearer_token_file: Option<PathBuf>,
-    /// Time between scrapes of all exporters.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_INTERVAL", value_parser = parse_duration, default_value = "15s")]
+    /// Time between scrapes of all exporters, 100ms to 5m. The exporters collect every 5s
+    /// and the HPA syncs every 15s; above 5m the HPA scales on stale load.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_INTERVAL", value_parser = Bounded::duration(ms(100), secs(300)), default_value = "15s")]
     pub scrape_interval: Duration,
-    /// Deadline for one exporter's answer.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_TIMEOUT", value_parser = parse_duration, default_value = "5s")]
+    /// Deadline for one exporter's answer, 100ms to 5m. An exporter renders its last
+    /// snapshot and answers in milliseconds; one that takes minutes is down.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_TIMEOUT", value_parser = Bounded::duration(ms(100), secs(300)), default_value = "5s")]
     pub scrape_timeout: Duration,
-    /// Largest exporter payload accepted, bytes.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_MAX_BYTES", default_value_t = 16 << 20)]
+    /// Largest exporter payload accepted, bytes, 4096 to 1073741824 (4 KiB to 1 GiB). An
+    /// 8-GPU node's page is tens of KiB; the cap bounds memory per scrape.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_MAX_BYTES", default_value_t = 16 << 20, value_parser = Bounded::number(4 * KIB, GIB))]
     pub scrape_max_bytes: usize,
-    /// Exporters scraped at the same time.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_CONCURRENCY", default_value_t = 64)]
+    /// Exporters scraped at the same time, 1 to 5000 (0 would scrape nothing; Kubernetes
+    /// supports at most 5000 nodes, one exporter each).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_CONCURRENCY", default_value_t = 64, value_parser = Bounded::number(1usize, 5000))]
     pub scrape_concurrency: usize,
-    /// Values older than this are not served (missing, never zero).
-    #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_AGE", value_parser = parse_duration, default_value = "45s")]
+    /// Values older than this are not served (missing, never zero), 1s to 15m, and at least
+    /// --scrape-interval. The HPA scales on what it is served; older than 15 minutes is
+    /// not the current load.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_AGE", value_parser = Bounded::duration(secs(1), secs(900)), default_value = "45s")]
     pub max_age: Duration,
 
     /// Prometheus-compatible query API base URL; enables the Prometheus source.
@@ -257,11 +381,12 @@ pub struct Args {
     /// Rules mapping custom metric names to PromQL templates.
     #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_RULES_FILE", requires = "prometheus_url")]
     pub prometheus_rules_file: Option<PathBuf>,
-    /// Deadline for one Prometheus query.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_TIMEOUT", value_parser = parse_duration, default_value = "5s")]
+    /// Deadline for one Prometheus query, 100ms to 5m (Prometheus' own default query
+    /// timeout is 2m).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_TIMEOUT", value_parser = Bounded::duration(ms(100), secs(300)), default_value = "5s")]
     pub prometheus_timeout: Duration,
-    /// Largest Prometheus answer accepted, bytes.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_MAX_BYTES", default_value_t = 32 << 20)]
+    /// Largest Prometheus answer accepted, bytes, 4096 to 1073741824 (4 KiB to 1 GiB).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_MAX_BYTES", default_value_t = 32 << 20, value_parser = Bounded::number(4 * KIB, GIB))]
     pub prometheus_max_bytes: usize,
     /// CA bundle to verify Prometheus served over HTTPS.
     #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_CA_FILE")]
@@ -270,14 +395,18 @@ pub struct Args {
     #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_BEARER_TOKEN_FILE")]
     pub prometheus_bearer_token_file: Option<PathBuf>,
 
-    /// Longest request target accepted (414 beyond).
-    #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_REQUEST_URI_BYTES", default_value_t = 16 << 10)]
+    /// Longest request target accepted (414 beyond), bytes, 1024 to 1048576 (1 KiB to 1
+    /// MiB). Below 1 KiB a request with a label selector is refused; above, a client holds
+    /// that much memory per request.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_REQUEST_URI_BYTES", default_value_t = 16 << 10, value_parser = Bounded::number(KIB, MIB))]
     pub max_request_uri_bytes: usize,
-    /// Largest total request header size accepted (431 beyond).
-    #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_REQUEST_HEADER_BYTES", default_value_t = 64 << 10)]
+    /// Largest total request header size accepted (431 beyond), bytes, 4096 to 1048576 (4
+    /// KiB to 1 MiB). The aggregator's user, group and extra headers must fit.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_REQUEST_HEADER_BYTES", default_value_t = 64 << 10, value_parser = Bounded::number(4 * KIB, MIB))]
     pub max_request_header_bytes: usize,
-    /// How long open connections may finish at shutdown.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_SHUTDOWN_DRAIN", value_parser = parse_duration, default_value = "20s")]
+    /// How long open connections may finish at shutdown, 0s to 5m (0s: close at once).
+    /// Past the pod's termination grace period the kubelet kills the adapter anyway.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SHUTDOWN_DRAIN", value_parser = Bounded::duration(secs(0), secs(300)), default_value = "20s")]
     pub shutdown_drain: Duration,
 
     /// Log format.
@@ -313,6 +442,36 @@ mod tests {
         for bad in ["", "15", "s", "1x", "-1s", "1.5s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn durations_are_shown_as_they_are_written() {
+        for (d, text) in [
+            (Duration::ZERO, "0s"),
+            (ms(100), "100ms"),
+            (ms(1500), "1s500ms"),
+            (secs(90), "1m30s"),
+            (secs(3600), "1h"),
+            (secs(43800 * HOUR), "43800h"),
+        ] {
+            assert_eq!(show_duration(d), text);
+            assert_eq!(parse_duration(text), Ok(d), "{text} reads back");
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_the_flag_the_variable_and_the_range() {
+        let err = Args::parse_from_args(["x", "--scrape-interval=0s"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+        let text = err.to_string();
+        for part in ["'--scrape-interval", "GPU_METRICS_ADAPTER_SCRAPE_INTERVAL", "100ms to 5m", "'0s'"] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
+        let text = Args::parse_from_args(["x", "--scrape-concurrency=0"]).unwrap_err().to_string();
+        assert!(text.contains("0 is outside the valid range 1 to 5000"), "{text}");
+        let b = Bounded::number(1usize, 5000);
+        assert_eq!(b.check("5000"), Ok(5000));
+        assert!(b.check("-1").unwrap_err().ends_with("; valid: 1 to 5000"));
     }
 
     #[test]

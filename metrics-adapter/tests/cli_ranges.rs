@@ -1,0 +1,290 @@
+//! Every duration and number flag of the adapter has a stated valid range, and the
+//! parser enforces exactly that range. Table-driven, one row per flag:
+//! - every argument of `Cli::command()` whose value is a duration or a number must have a
+//!   row (a new flag without one fails here), and every row must be a real argument;
+//! - the `--help` text of the flag and the README's flag table state the range;
+//! - each bound itself is accepted, a value just outside each bound is refused, and the
+//!   refusal names the flag, its environment variable and the range;
+//! - the same out-of-range values set through the environment variable make the real
+//!   binary exit with code 2 and a message naming the flag, the variable and the range.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::any::TypeId;
+use std::io::Read as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::CommandFactory as _;
+use gpu_metrics_adapter::config::{Args, Cli};
+
+/// One flag: its name, variable, range as stated, the two bounds (accepted) and a value
+/// just outside each bound (refused).
+struct Row {
+    flag: &'static str,
+    env: &'static str,
+    range: &'static str,
+    inside: [&'static str; 2],
+    outside: [&'static str; 2],
+}
+
+const fn row(
+    flag: &'static str,
+    env: &'static str,
+    range: &'static str,
+    inside: [&'static str; 2],
+    outside: [&'static str; 2],
+) -> Row {
+    Row { flag, env, range, inside, outside }
+}
+
+const ROWS: &[Row] = &[
+    row("secure-port", "GPU_METRICS_ADAPTER_SECURE_PORT", "0 to 65535", ["0", "65535"], ["-1", "65536"]),
+    row(
+        "tls-reload-interval",
+        "GPU_METRICS_ADAPTER_TLS_RELOAD_INTERVAL",
+        "100ms to 1h",
+        ["100ms", "1h"],
+        ["99ms", "1h1ms"],
+    ),
+    row(
+        "tls-ca-validity",
+        "GPU_METRICS_ADAPTER_TLS_CA_VALIDITY",
+        "9s to 87600h",
+        ["9s", "87600h"],
+        ["8s999ms", "87600h1ms"],
+    ),
+    row(
+        "tls-cert-validity",
+        "GPU_METRICS_ADAPTER_TLS_CERT_VALIDITY",
+        "3s to 29200h",
+        ["3s", "29200h"],
+        ["2s999ms", "29200h1ms"],
+    ),
+    row(
+        "tls-secret-check-interval",
+        "GPU_METRICS_ADAPTER_TLS_SECRET_CHECK_INTERVAL",
+        "100ms to 1h",
+        ["100ms", "1h"],
+        ["99ms", "1h1ms"],
+    ),
+    row("kube-api-timeout", "GPU_METRICS_ADAPTER_KUBE_API_TIMEOUT", "1s to 5m", ["1s", "5m"], ["999ms", "5m1ms"]),
+    row(
+        "authentication-config-refresh",
+        "GPU_METRICS_ADAPTER_AUTHENTICATION_CONFIG_REFRESH",
+        "100ms to 1h",
+        ["100ms", "1h"],
+        ["99ms", "1h1ms"],
+    ),
+    row(
+        "authentication-token-cache-ttl",
+        "GPU_METRICS_ADAPTER_AUTHENTICATION_TOKEN_CACHE_TTL",
+        "0s to 1h",
+        ["0s", "1h"],
+        ["-1s", "1h1ms"],
+    ),
+    row(
+        "authorization-cache-allow-ttl",
+        "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_ALLOW_TTL",
+        "0s to 1h",
+        ["0s", "1h"],
+        ["-1s", "1h1ms"],
+    ),
+    row(
+        "authorization-cache-deny-ttl",
+        "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_DENY_TTL",
+        "0s to 1h",
+        ["0s", "1h"],
+        ["-1s", "1h1ms"],
+    ),
+    row("scrape-interval", "GPU_METRICS_ADAPTER_SCRAPE_INTERVAL", "100ms to 5m", ["100ms", "5m"], ["0s", "5m1ms"]),
+    row("scrape-timeout", "GPU_METRICS_ADAPTER_SCRAPE_TIMEOUT", "100ms to 5m", ["100ms", "5m"], ["99ms", "5m1ms"]),
+    row(
+        "scrape-max-bytes",
+        "GPU_METRICS_ADAPTER_SCRAPE_MAX_BYTES",
+        "4096 to 1073741824",
+        ["4096", "1073741824"],
+        ["4095", "1073741825"],
+    ),
+    row("scrape-concurrency", "GPU_METRICS_ADAPTER_SCRAPE_CONCURRENCY", "1 to 5000", ["1", "5000"], ["0", "5001"]),
+    row("max-age", "GPU_METRICS_ADAPTER_MAX_AGE", "1s to 15m", ["1s", "15m"], ["999ms", "15m1ms"]),
+    row(
+        "prometheus-timeout",
+        "GPU_METRICS_ADAPTER_PROMETHEUS_TIMEOUT",
+        "100ms to 5m",
+        ["100ms", "5m"],
+        ["99ms", "5m1ms"],
+    ),
+    row(
+        "prometheus-max-bytes",
+        "GPU_METRICS_ADAPTER_PROMETHEUS_MAX_BYTES",
+        "4096 to 1073741824",
+        ["4096", "1073741824"],
+        ["4095", "1073741825"],
+    ),
+    row(
+        "max-request-uri-bytes",
+        "GPU_METRICS_ADAPTER_MAX_REQUEST_URI_BYTES",
+        "1024 to 1048576",
+        ["1024", "1048576"],
+        ["1023", "1048577"],
+    ),
+    row(
+        "max-request-header-bytes",
+        "GPU_METRICS_ADAPTER_MAX_REQUEST_HEADER_BYTES",
+        "4096 to 1048576",
+        ["4096", "1048576"],
+        ["4095", "1048577"],
+    ),
+    row("shutdown-drain", "GPU_METRICS_ADAPTER_SHUTDOWN_DRAIN", "0s to 5m", ["0s", "5m"], ["-1s", "5m1ms"]),
+];
+
+/// Value types that make an argument a duration or number flag.
+fn is_numeric(parser: &clap::builder::ValueParser) -> bool {
+    let id = parser.type_id();
+    [
+        TypeId::of::<Duration>(),
+        TypeId::of::<u8>(),
+        TypeId::of::<u16>(),
+        TypeId::of::<u32>(),
+        TypeId::of::<u64>(),
+        TypeId::of::<usize>(),
+        TypeId::of::<i8>(),
+        TypeId::of::<i16>(),
+        TypeId::of::<i32>(),
+        TypeId::of::<i64>(),
+        TypeId::of::<isize>(),
+        TypeId::of::<f32>(),
+        TypeId::of::<f64>(),
+    ]
+    .iter()
+    .any(|t| id == *t)
+}
+
+/// Every argument of the binary, the subcommands' included.
+fn all_arguments(command: &clap::Command) -> Vec<clap::Arg> {
+    let mut out: Vec<clap::Arg> = command.get_arguments().cloned().collect();
+    for sub in command.get_subcommands() {
+        out.extend(all_arguments(sub));
+    }
+    out
+}
+
+fn parse(flag: &str, value: &str) -> Result<Args, clap::Error> {
+    Args::parse_from_args(["gpu-metrics-adapter".to_owned(), format!("--{flag}={value}")])
+}
+
+#[test]
+fn every_duration_and_number_flag_has_a_row_and_every_row_a_flag() {
+    let command = Cli::command();
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let mut numeric = Vec::new();
+    for arg in all_arguments(&command) {
+        if !is_numeric(arg.get_value_parser()) {
+            continue;
+        }
+        let long = arg.get_long().expect("every flag has a long name").to_owned();
+        let row = ROWS.iter().find(|r| r.flag == long);
+        let row = row.unwrap_or_else(|| panic!("--{long} takes a duration or number but has no row in ROWS"));
+        let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+        assert_eq!(env.as_deref(), Some(row.env), "--{long}: its variable");
+        let help = arg.get_long_help().or(arg.get_help()).map(ToString::to_string).unwrap_or_default();
+        assert!(help.contains(row.range), "--{long}: the help text does not state the range {}: {help}", row.range);
+        let table_row = format!("| `--{long}` | `{}` | {} |", row.env, row.range);
+        assert!(readme.contains(&table_row), "metrics-adapter/README.md lacks the row {table_row}");
+        numeric.push(long);
+    }
+    for row in ROWS {
+        assert!(numeric.iter().any(|n| n == row.flag), "row --{} is not a duration or number flag", row.flag);
+    }
+    assert_eq!(numeric.len(), ROWS.len());
+    Args::parse_from_args(["gpu-metrics-adapter"]).expect("every default is inside its range");
+}
+
+#[test]
+fn each_bound_is_accepted_and_just_outside_is_refused_naming_flag_variable_and_range() {
+    for row in ROWS {
+        for value in row.inside {
+            if let Err(e) = parse(row.flag, value) {
+                panic!("--{}={value} is at a bound of {} and must be accepted: {e}", row.flag, row.range);
+            }
+        }
+        for value in row.outside {
+            let err = match parse(row.flag, value) {
+                Ok(_) => panic!("--{}={value} is outside {} and must be refused", row.flag, row.range),
+                Err(e) => e,
+            };
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "--{}={value}", row.flag);
+            let text = err.to_string();
+            for part in [format!("--{}", row.flag), row.env.to_owned(), row.range.to_owned(), format!("'{value}'")] {
+                assert!(text.contains(&part), "--{}={value}: the refusal lacks {part:?}: {text}", row.flag);
+            }
+        }
+    }
+}
+
+/// Runs a command to its end, killing it (and failing) if it is still running after
+/// `limit`: an accepted value would start the adapter.
+fn run_to_exit(mut command: Command, limit: Duration) -> (Option<i32>, String) {
+    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            let mut stderr = String::new();
+            let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
+            panic!("{command:?} did not exit within {limit:?} (so it was not refused); stderr:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    (status.code(), stderr)
+}
+
+#[test]
+fn out_of_range_values_from_the_environment_stop_the_binary_naming_flag_variable_and_range() {
+    for row in ROWS {
+        for value in row.outside {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_gpu-metrics-adapter"));
+            // Nothing else from the test's environment; should the value be accepted, the
+            // adapter would start standalone on a free loopback port until run_to_exit
+            // kills it.
+            command
+                .env_clear()
+                .env(row.env, value)
+                .env("GPU_METRICS_ADAPTER_STANDALONE", "true")
+                .env("GPU_METRICS_ADAPTER_BIND_ADDRESS", "127.0.0.1")
+                .env("GPU_METRICS_ADAPTER_EXPORTER_URL", "http://127.0.0.1:9/metrics");
+            if row.env != "GPU_METRICS_ADAPTER_SECURE_PORT" {
+                command.env("GPU_METRICS_ADAPTER_SECURE_PORT", "0");
+            }
+            let (code, stderr) = run_to_exit(command, Duration::from_secs(20));
+            assert_eq!(code, Some(2), "{}={value}: {stderr}", row.env);
+            for part in [format!("--{}", row.flag), row.env.to_owned(), row.range.to_owned()] {
+                assert!(stderr.contains(&part), "{}={value}: the refusal lacks {part:?}: {stderr}", row.env);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_cross_check_is_refused_with_both_flags_before_any_client_is_built() {
+    let args = Args::parse_from_args(["x", "--scrape-interval=1m", "--max-age=30s"]).unwrap();
+    let err = gpu_metrics_adapter::app::check_flags(&args).unwrap_err().to_string();
+    for part in
+        ["--max-age (GPU_METRICS_ADAPTER_MAX_AGE) 30s", "--scrape-interval (GPU_METRICS_ADAPTER_SCRAPE_INTERVAL) 1m"]
+    {
+        assert!(err.contains(part), "{part} in {err}");
+    }
+    let args = Args::parse_from_args(["x", "--scrape-interval=1m", "--max-age=1m"]).unwrap();
+    assert!(gpu_metrics_adapter::app::check_flags(&args).is_ok());
+    let args = Args::parse_from_args(["x", "--scrape-interval=1m", "--max-age=30s", "--direct-source=false"]).unwrap();
+    assert!(gpu_metrics_adapter::app::check_flags(&args).is_ok(), "max-age only bounds the direct source");
+}
