@@ -1,11 +1,24 @@
 //! Command-line flags (each also settable from an environment variable) and their
 //! checks. Flag names follow the Prometheus exporters (`--web.listen-address`,
 //! `--web.config.file`, `--log.level`).
+//!
+//! Every duration and number flag has a valid range, stated in its `--help` text and in
+//! the docs (README for these, `docs/health.md` for the health loop's), and enforced by
+//! clap through [`Bounded`] while the command line is parsed, so a value that can never
+//! work (`--nvml.call-timeout 0s`, `TEMPERATURE_THRESHOLD=500`) stops the exporter with
+//! exit code 2 before anything starts, with a message that names the flag, its
+//! environment variable and the range. A limit that depends on another flag
+//! (`--nvml.call-timeout` below `--collect-interval`) is a cross-check in
+//! [`Args::validate`] with its own message.
 
+use std::ffi::OsStr;
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser;
 use clap::{Parser, ValueEnum};
 
 /// Why the flags were refused.
@@ -17,7 +30,11 @@ pub enum ConfigError {
     LabelName { name: String, reason: &'static str },
     #[error("--web.listen-address {0:?}: expected HOST:PORT or :PORT")]
     ListenAddress(String),
-    #[error("--nvml.call-timeout ({timeout:?}) must be shorter than --collect-interval ({interval:?})")]
+    #[error(
+        "--nvml.call-timeout (GPU_EXPORTER_NVML_CALL_TIMEOUT) {} must be shorter than --collect-interval \
+         (GPU_EXPORTER_COLLECT_INTERVAL) {}: a cycle must be able to finish a call before the next one is due",
+        show_duration(*.timeout), show_duration(*.interval)
+    )]
     TimeoutNotBelowInterval { timeout: Duration, interval: Duration },
     #[error(transparent)]
     Attribution(#[from] crate::attribution::config::AttributionConfigError),
@@ -50,18 +67,40 @@ pub struct Args {
     #[arg(long = "nvml-library", env = "GPU_EXPORTER_NVML_LIBRARY", default_value = "libnvidia-ml.so.1")]
     pub nvml_library: PathBuf,
 
-    /// Time between collection cycles. 5s keeps every 15s scrape (the usual interval,
-    /// and the HPA's sync period) at most a third of a scrape behind, while a cycle of
-    /// 8 GPUs costs well under a millisecond of CPU.
-    #[arg(long = "collect-interval", env = "GPU_EXPORTER_COLLECT_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    /// Time between collection cycles, 100ms to 5m. 5s keeps every 15s scrape (the usual
+    /// interval, and the HPA's sync period) at most a third of a scrape behind, while a
+    /// cycle of 8 GPUs costs well under a millisecond of CPU. Below 100ms the driver is
+    /// polled faster than its own counters move; above 5m the HPA and the health loop act
+    /// on readings minutes old.
+    #[arg(
+        long = "collect-interval",
+        env = "GPU_EXPORTER_COLLECT_INTERVAL",
+        default_value = "5s",
+        value_parser = Bounded::duration(parse_duration, Duration::from_millis(100), Duration::from_secs(300))
+    )]
     pub collect_interval: Duration,
 
-    /// Deadline of a single NVML call; a GPU whose call runs longer is marked stale.
-    #[arg(long = "nvml.call-timeout", env = "GPU_EXPORTER_NVML_CALL_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    /// Deadline of a single NVML call (and of nvmlInit); a GPU whose call runs longer is
+    /// marked stale. 50ms to 1m, and shorter than --collect-interval: below 50ms ordinary
+    /// calls on a busy driver miss it and healthy GPUs go stale (0s never initialises
+    /// NVML); above 1m a hung GPU goes unnoticed for longer than any scrape interval.
+    #[arg(
+        long = "nvml.call-timeout",
+        env = "GPU_EXPORTER_NVML_CALL_TIMEOUT",
+        default_value = "2s",
+        value_parser = Bounded::duration(parse_duration, Duration::from_millis(50), Duration::from_secs(60))
+    )]
     pub call_timeout: Duration,
 
-    /// Longest wait between NVML initialisation attempts while NVML is down.
-    #[arg(long = "nvml.init-retry-max", env = "GPU_EXPORTER_NVML_INIT_RETRY_MAX", default_value = "60s", value_parser = parse_duration)]
+    /// Longest wait between NVML initialisation attempts while NVML is down, 1s to 1h. The
+    /// waits start at 1s and double up to this; an hour is as long as a node should go
+    /// without noticing that its driver came back.
+    #[arg(
+        long = "nvml.init-retry-max",
+        env = "GPU_EXPORTER_NVML_INIT_RETRY_MAX",
+        default_value = "60s",
+        value_parser = Bounded::duration(parse_duration, Duration::from_secs(1), Duration::from_secs(3600))
+    )]
     pub init_retry_max: Duration,
 
     /// Value of the `node` label; in a DaemonSet, set NODE_NAME from spec.nodeName.
@@ -79,8 +118,15 @@ pub struct Args {
     #[arg(long = "log.format", env = "GPU_EXPORTER_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
 
-    /// How long in-flight scrapes may take to finish after SIGTERM.
-    #[arg(long = "shutdown-timeout", env = "GPU_EXPORTER_SHUTDOWN_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    /// How long in-flight scrapes (and the collector) may take to finish after SIGTERM,
+    /// 0s to 2m (0s: stop at once). The kubelet kills the pod at the end of its grace
+    /// period anyway (15s in the shipped DaemonSet), so longer only delays that.
+    #[arg(
+        long = "shutdown-timeout",
+        env = "GPU_EXPORTER_SHUTDOWN_TIMEOUT",
+        default_value = "5s",
+        value_parser = Bounded::duration(parse_duration, Duration::ZERO, Duration::from_secs(120))
+    )]
     pub shutdown_timeout: Duration,
 
     #[command(flatten)]
@@ -170,6 +216,116 @@ fn hostname() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The value parser of a duration or number flag with a valid range: parses with
+/// `parse`, then refuses anything outside `min..=max`. Its refusal names the flag, its
+/// environment variable and the range, and clap adds the value:
+///
+/// ```text
+/// error: invalid value '500' for '--health.temperature-threshold <TEMPERATURE_THRESHOLD>':
+/// 500 is outside the valid range 60 to 105 (flag --health.temperature-threshold,
+/// variable TEMPERATURE_THRESHOLD)
+/// ```
+#[derive(Clone, Copy)]
+pub struct Bounded<T: 'static> {
+    parse: fn(&str) -> std::result::Result<T, String>,
+    show: fn(&T) -> String,
+    min: T,
+    max: T,
+}
+
+impl<T> fmt::Debug for Bounded<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bounded").field("range", &self.range()).finish()
+    }
+}
+
+impl Bounded<Duration> {
+    /// A duration flag read by `parse` (each module keeps its own duration syntax).
+    pub fn duration(parse: fn(&str) -> std::result::Result<Duration, String>, min: Duration, max: Duration) -> Self {
+        Bounded { parse, show: |d| show_duration(*d), min, max }
+    }
+}
+
+impl<T: FromStr + fmt::Display> Bounded<T> {
+    /// A number flag (`u32`, `u64`, `f64`, ...).
+    pub fn number(min: T, max: T) -> Self {
+        Bounded { parse: parse_number::<T>, show: ToString::to_string, min, max }
+    }
+}
+
+impl<T> Bounded<T> {
+    /// The range as the help texts and docs state it, e.g. `100ms to 5m`.
+    pub fn range(&self) -> String {
+        format!("{} to {}", (self.show)(&self.min), (self.show)(&self.max))
+    }
+}
+
+impl<T: PartialOrd> Bounded<T> {
+    /// Parses and range-checks one value; the error says why and gives the range.
+    pub fn check(&self, text: &str) -> std::result::Result<T, String> {
+        let value = (self.parse)(text).map_err(|e| format!("{e}; valid: {}", self.range()))?;
+        if value >= self.min && value <= self.max {
+            Ok(value)
+        } else {
+            Err(format!("{} is outside the valid range {}", text.trim(), self.range()))
+        }
+    }
+}
+
+/// `flag --x, variable Y`: how a refusal names where a value came from. clap names only
+/// the flag, even when the value was read from the variable.
+fn argument_names(arg: Option<&clap::Arg>) -> String {
+    let Some(arg) = arg else { return "this argument".into() };
+    let flag = arg.get_long().map_or_else(|| arg.get_id().to_string(), |l| format!("--{l}"));
+    match arg.get_env() {
+        Some(env) => format!("flag {flag}, variable {}", env.to_string_lossy()),
+        None => format!("flag {flag}"),
+    }
+}
+
+impl<T: PartialOrd + Clone + Send + Sync + 'static> TypedValueParser for Bounded<T> {
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> std::result::Result<T, clap::Error> {
+        let this = self.clone();
+        let names = argument_names(arg);
+        let check = move |text: &str| this.check(text).map_err(|reason| format!("{reason} ({names})"));
+        check.parse_ref(cmd, arg, value)
+    }
+}
+
+fn parse_number<T: FromStr>(text: &str) -> std::result::Result<T, String> {
+    let kind = if "0.5".parse::<T>().is_ok() { "a number" } else { "a whole number" };
+    text.trim().parse::<T>().map_err(|_| format!("{text:?} is not {kind}"))
+}
+
+/// A duration the way the flags are written: `0s`, `250ms`, `5s`, `1m30s`, `2h`.
+pub fn show_duration(d: Duration) -> String {
+    if d.is_zero() {
+        return "0s".into();
+    }
+    let mut out = String::new();
+    let total_ms = d.as_millis();
+    let (h, rest) = (total_ms / 3_600_000, total_ms % 3_600_000);
+    let (m, rest) = (rest / 60_000, rest % 60_000);
+    let (s, ms) = (rest / 1000, rest % 1000);
+    for (n, unit) in [(h, "h"), (m, "m"), (s, "s"), (ms, "ms")] {
+        if n > 0 {
+            out.push_str(&format!("{n}{unit}"));
+        }
+    }
+    if out.is_empty() {
+        // Below a millisecond: no flag is that fine-grained, but say something true.
+        out = format!("{}ns", d.as_nanos());
+    }
+    out
+}
+
 /// Parses Go-style durations: `500ms`, `5s`, `1m30s`, `2h`.
 pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
     let err = || format!("{text:?} is not a duration like 500ms, 5s, 1m30s");
@@ -245,5 +401,57 @@ mod tests {
     fn call_timeout_must_fit_in_the_interval() {
         let err = args(&["--collect-interval", "1s", "--nvml.call-timeout", "2s"]).validate().unwrap_err();
         assert!(matches!(err, ConfigError::TimeoutNotBelowInterval { .. }));
+        let text = err.to_string();
+        assert!(text.contains("--nvml.call-timeout (GPU_EXPORTER_NVML_CALL_TIMEOUT) 2s"), "{text}");
+        assert!(text.contains("--collect-interval (GPU_EXPORTER_COLLECT_INTERVAL) 1s"), "{text}");
+    }
+
+    #[test]
+    fn durations_are_shown_as_they_are_written() {
+        for (d, text) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_millis(50), "50ms"),
+            (Duration::from_millis(1500), "1s500ms"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(300), "5m"),
+            (Duration::from_secs(3600), "1h"),
+            (Duration::from_secs(43800 * 3600), "43800h"),
+            (Duration::from_micros(5), "5000ns"),
+        ] {
+            assert_eq!(show_duration(d), text);
+            if d >= Duration::from_millis(1) {
+                assert_eq!(parse_duration(text), Ok(d), "{text} reads back");
+            }
+        }
+    }
+
+    #[test]
+    fn bounded_values_name_the_range() {
+        let b = Bounded::number(1u32, 20);
+        assert_eq!(b.range(), "1 to 20");
+        assert_eq!(b.check("20"), Ok(20));
+        assert_eq!(b.check("21").unwrap_err(), "21 is outside the valid range 1 to 20");
+        assert_eq!(b.check("1.5").unwrap_err(), "\"1.5\" is not a whole number; valid: 1 to 20");
+        assert_eq!(b.check("-1").unwrap_err(), "\"-1\" is not a whole number; valid: 1 to 20");
+        let f = Bounded::number(0.0f64, 1.0);
+        assert!(f.check("NaN").is_err(), "NaN is in no range");
+        assert_eq!(f.check("x").unwrap_err(), "\"x\" is not a number; valid: 0 to 1");
+        assert_eq!(f.check("0.5"), Ok(0.5));
+        let d = Bounded::duration(parse_duration, Duration::from_millis(100), Duration::from_secs(300));
+        assert_eq!(d.range(), "100ms to 5m");
+        assert!(d.check("0s").unwrap_err().contains("0s is outside the valid range 100ms to 5m"));
+    }
+
+    #[test]
+    fn a_refusal_names_the_flag_the_variable_and_the_range() {
+        let err = Args::try_parse_from(["gpu-exporter", "--nvml.call-timeout", "0s"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+        let text = err.to_string();
+        for part in ["'--nvml.call-timeout", "GPU_EXPORTER_NVML_CALL_TIMEOUT", "50ms to 1m", "'0s'"] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
+        let err = Args::try_parse_from(["gpu-exporter", "--collect-interval", "0s"]).unwrap_err().to_string();
+        assert!(err.contains("--collect-interval") && err.contains("100ms to 5m"), "{err}");
+        assert!(!err.contains("call-timeout"), "refused for itself, not through the call timeout: {err}");
     }
 }

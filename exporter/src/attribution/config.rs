@@ -2,23 +2,29 @@
 //!
 //! Defaults fit a DaemonSet that mounts the kubelet's pod-resources directory, the host
 //! `/proc` and `/var/log/pods`, and runs with a service account allowed to list and
-//! watch pods.
+//! watch pods. The two durations have valid ranges enforced while the command line is
+//! parsed ([`crate::config::Bounded`]); `--kubelet.timeout` below
+//! `--kubelet.refresh-interval` is a cross-check in [`AttributionArgs::validate`].
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::ValueEnum;
 
-use crate::config::parse_duration;
+use crate::config::{Bounded, parse_duration, show_duration};
 
 /// Why the attribution flags were refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum AttributionConfigError {
     #[error("--kubernetes.pod-labels {pattern:?}: {reason}")]
     PodLabels { pattern: String, reason: String },
-    #[error("--kubelet.refresh-interval ({0:?}) must be at least 1s")]
+    #[error("--kubelet.refresh-interval (GPU_EXPORTER_KUBELET_REFRESH_INTERVAL) {}: must be at least 1s", show_duration(*.0))]
     RefreshTooShort(Duration),
-    #[error("--kubelet.timeout ({timeout:?}) must be shorter than --kubelet.refresh-interval ({interval:?})")]
+    #[error(
+        "--kubelet.timeout (GPU_EXPORTER_KUBELET_TIMEOUT) {} must be shorter than --kubelet.refresh-interval \
+         (GPU_EXPORTER_KUBELET_REFRESH_INTERVAL) {}",
+        show_duration(*.timeout), show_duration(*.interval)
+    )]
     TimeoutNotBelowInterval { timeout: Duration, interval: Duration },
 }
 
@@ -46,15 +52,29 @@ pub struct AttributionArgs {
     )]
     pub pod_resources_socket: PathBuf,
 
-    /// Time between pod-resources `List` calls. Allocations change only when a pod
-    /// starts or ends, and ended pods are dropped sooner through the pod watch, so 10s
+    /// Time between pod-resources `List` calls, 1s to 5m. Allocations change only when a
+    /// pod starts or ends, and ended pods are dropped sooner through the pod watch, so 10s
     /// (two collection cycles, less than one 15s scrape) names a new pod before its first
     /// scrape or HPA sync is due, at one small call per 10s instead of one per scrape.
-    #[arg(long = "kubelet.refresh-interval", env = "GPU_EXPORTER_KUBELET_REFRESH_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    /// Below 1s the kubelet is asked again before anything could change; above 5m a new
+    /// pod's GPUs stay unattributed through many scrapes and HPA syncs.
+    #[arg(
+        long = "kubelet.refresh-interval",
+        env = "GPU_EXPORTER_KUBELET_REFRESH_INTERVAL",
+        default_value = "10s",
+        value_parser = Bounded::duration(parse_duration, Duration::from_secs(1), Duration::from_secs(300))
+    )]
     pub refresh_interval: Duration,
 
-    /// Deadline of one pod-resources call.
-    #[arg(long = "kubelet.timeout", env = "GPU_EXPORTER_KUBELET_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    /// Deadline of one pod-resources call, 100ms to 1m, and shorter than
+    /// --kubelet.refresh-interval. The call is local (a unix socket); below 100ms a busy
+    /// kubelet misses it, and a kubelet that takes a minute is not answering.
+    #[arg(
+        long = "kubelet.timeout",
+        env = "GPU_EXPORTER_KUBELET_TIMEOUT",
+        default_value = "5s",
+        value_parser = Bounded::duration(parse_duration, Duration::from_millis(100), Duration::from_secs(60))
+    )]
     pub timeout: Duration,
 
     /// More resource names to attribute besides `nvidia.com/gpu` and `nvidia.com/mig-*`
@@ -71,10 +91,14 @@ pub struct AttributionArgs {
     #[arg(long = "path.pod-logs", env = "GPU_EXPORTER_PATH_POD_LOGS", default_value = "/var/log/pods", value_parser = path_or_empty)]
     pub pod_logs: PathBuf,
 
+    /// The Kubernetes API, for the pod watch and the health loop alike. `off`: the process
+    /// never contacts the API server: no pod watch, and the health loop runs report-only
+    /// (it evaluates and exports its verdict, and writes nothing). `auto`: use it when a
+    /// configuration is found.
     #[arg(long = "kubernetes.api", env = "GPU_EXPORTER_KUBERNETES_API", value_enum, default_value = "auto")]
     pub api: ApiMode,
 
-    /// Kubeconfig for the pod watch; default: in-cluster, then `KUBECONFIG` / `~/.kube/config`.
+    /// Kubeconfig for the pod watch and the health loop; default: in-cluster, then `KUBECONFIG` / `~/.kube/config`.
     #[arg(long = "kubernetes.kubeconfig", env = "GPU_EXPORTER_KUBERNETES_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 
@@ -174,14 +198,17 @@ mod tests {
     fn bad_values_are_refused_with_the_flag() {
         let err = parse(&["--kubernetes.pod-labels", "app("]).validate().unwrap_err();
         assert!(err.to_string().starts_with("--kubernetes.pod-labels \"app(\""), "{err}");
-        assert!(matches!(
-            parse(&["--kubelet.refresh-interval", "500ms"]).validate(),
-            Err(AttributionConfigError::RefreshTooShort(_))
-        ));
-        assert!(matches!(
-            parse(&["--kubelet.refresh-interval", "2s", "--kubelet.timeout", "2s"]).validate(),
-            Err(AttributionConfigError::TimeoutNotBelowInterval { .. })
-        ));
+        let err = Wrapper::try_parse_from(["x", "--kubelet.refresh-interval", "500ms"]).unwrap_err().to_string();
+        assert!(err.contains("--kubelet.refresh-interval") && err.contains("1s to 5m"), "{err}");
+        let mut short = parse(&[]);
+        short.refresh_interval = Duration::from_millis(500);
+        assert!(
+            matches!(short.validate(), Err(AttributionConfigError::RefreshTooShort(_))),
+            "checked without clap too"
+        );
+        let err = parse(&["--kubelet.refresh-interval", "2s", "--kubelet.timeout", "2s"]).validate().unwrap_err();
+        assert!(matches!(err, AttributionConfigError::TimeoutNotBelowInterval { .. }));
+        assert!(err.to_string().contains("(GPU_EXPORTER_KUBELET_TIMEOUT) 2s"), "{err}");
         let names = parse(&["--kubelet.resource-names", "nvidia.com/gpu.shared,example.com/vgpu"]).resource_names;
         assert_eq!(names, ["nvidia.com/gpu.shared", "example.com/vgpu"]);
     }

@@ -2,6 +2,15 @@
 //! original deployment used keep their names (`CHECK_INTERVAL`,
 //! `MEMORY_ERROR_THRESHOLD`, `TEMPERATURE_THRESHOLD`, `AUTO_CORDON`), the others are
 //! `GPU_EXPORTER_HEALTH_*`.
+//!
+//! Every number and duration has a range that means something for a GPU node, stated in
+//! its help text and in `docs/health.md` with the reason, and enforced while the command
+//! line is parsed ([`crate::config::Bounded`]): a value outside it (`TEMPERATURE_THRESHOLD=500`,
+//! `=0`, `--health.debounce-checks 0`) stops the exporter with exit code 2 and a message
+//! naming the flag, the variable and the range, before any Kubernetes client exists, so
+//! no API request follows a refusal. [`HealthArgs::settings`] checks what a range cannot
+//! (names, selectors, XID classes) and, for arguments built without clap, the bounds the
+//! loop's arithmetic relies on.
 
 use std::time::Duration;
 
@@ -10,6 +19,7 @@ use clap::Args;
 use super::policy::PolicySettings;
 use super::signals::Thresholds;
 use super::xid::{XidError, XidTable};
+use crate::config::Bounded;
 
 /// Why the health flags were refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -18,9 +28,11 @@ pub enum HealthConfigError {
     Xid(#[from] XidError),
     #[error("--health.domain {0:?}: expected a DNS subdomain such as gpu-telemetry.io")]
     Domain(String),
-    #[error("--health.breaker.max-fraction {0}: expected a share between 0 and 1, such as 0.1")]
+    #[error(
+        "--health.breaker.max-fraction (GPU_EXPORTER_HEALTH_BREAKER_MAX_FRACTION) {0}: expected a share from 0 to 1, such as 0.1"
+    )]
     Fraction(f64),
-    #[error("--health.check-interval must be at least 1s (got {0:?})")]
+    #[error("--health.check-interval (CHECK_INTERVAL) {}: must be at least 1s", crate::config::show_duration(*.0))]
     Interval(Duration),
     #[error("--health.breaker.node-selector {0:?}: expected KEY=VALUE or KEY, comma-separated")]
     Selector(String),
@@ -35,25 +47,63 @@ pub struct HealthArgs {
     #[arg(long = "health.enabled", env = "GPU_EXPORTER_HEALTH_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
     pub enabled: bool,
 
-    /// Time between scheduled health checks; a bare number is seconds. XIDs and lost
-    /// GPUs are checked as they arrive.
-    #[arg(long = "health.check-interval", env = "CHECK_INTERVAL", default_value = "60", value_parser = parse_seconds)]
+    /// Time between scheduled health checks, 1s to 1h; a bare number is seconds. XIDs and
+    /// lost GPUs are checked as they arrive. Readings change once per collection cycle, so
+    /// below 1s checks repeat themselves; above an hour an overheating GPU runs unwatched
+    /// for hours once the debounce is counted in.
+    #[arg(
+        long = "health.check-interval",
+        env = "CHECK_INTERVAL",
+        default_value = "60",
+        value_parser = Bounded::duration(parse_seconds, Duration::from_secs(1), Duration::from_secs(3600))
+    )]
     pub check_interval: Duration,
 
-    /// Corrected ECC errors since the last GPU reset at or over which a GPU is unhealthy (0: off).
-    #[arg(long = "health.memory-error-threshold", env = "MEMORY_ERROR_THRESHOLD", default_value_t = 10)]
+    /// Corrected ECC errors since the last GPU reset at or over which a GPU is unhealthy,
+    /// 0 to 100000 (0: off). Beyond 100000 corrected errors the driver has long been
+    /// retiring pages or remapping rows, which are their own signals.
+    #[arg(
+        long = "health.memory-error-threshold",
+        env = "MEMORY_ERROR_THRESHOLD",
+        default_value_t = 10,
+        value_parser = Bounded::number(0u64, 100_000)
+    )]
     pub memory_error_threshold: u64,
 
-    /// GPU temperature in °C at or over which a GPU is unhealthy.
-    #[arg(long = "health.temperature-threshold", env = "TEMPERATURE_THRESHOLD", default_value_t = 90)]
+    /// GPU temperature in °C at or over which a GPU is unhealthy, 60 to 105. Healthy
+    /// GPUs run at 30-85 °C under load, so a lower threshold quarantines working nodes
+    /// (0 would cordon every node); current GPUs slow down near 85-95 °C and shut down
+    /// below 105 °C, so a higher one could never fire.
+    #[arg(
+        long = "health.temperature-threshold",
+        env = "TEMPERATURE_THRESHOLD",
+        value_name = "CELSIUS",
+        default_value_t = 90,
+        value_parser = Bounded::number(60u32, 105)
+    )]
     pub temperature_threshold: u32,
 
-    /// A GPU within this many °C of its own slowdown temperature is unhealthy too.
-    #[arg(long = "health.slowdown-margin", env = "GPU_EXPORTER_HEALTH_SLOWDOWN_MARGIN", default_value_t = 5)]
+    /// A GPU within this many °C of its own slowdown temperature is unhealthy too, 0 to 15
+    /// (0: at the slowdown temperature itself). Slowdown is at 85-95 °C; a wider margin
+    /// reaches temperatures healthy GPUs run at.
+    #[arg(
+        long = "health.slowdown-margin",
+        env = "GPU_EXPORTER_HEALTH_SLOWDOWN_MARGIN",
+        value_name = "CELSIUS",
+        default_value_t = 5,
+        value_parser = Bounded::number(0u32, 15)
+    )]
     pub slowdown_margin: u32,
 
-    /// Retired pages (single- plus double-bit ECC) at or over which a GPU is unhealthy (0: off).
-    #[arg(long = "health.retired-pages-limit", env = "GPU_EXPORTER_HEALTH_RETIRED_PAGES_LIMIT", default_value_t = 60)]
+    /// Retired pages (single- plus double-bit ECC) at or over which a GPU is unhealthy, 0
+    /// to 64 (0: off). The driver retires at most 64 pages per GPU, so a higher limit
+    /// could never be reached.
+    #[arg(
+        long = "health.retired-pages-limit",
+        env = "GPU_EXPORTER_HEALTH_RETIRED_PAGES_LIMIT",
+        default_value_t = 60,
+        value_parser = Bounded::number(0u64, 64)
+    )]
     pub retired_pages_limit: u64,
 
     /// Cordon and taint the node when it is unhealthy. Off: the condition, Events and
@@ -65,16 +115,35 @@ pub struct HealthArgs {
     #[arg(long = "health.dry-run", env = "GPU_EXPORTER_HEALTH_DRY_RUN", default_value_t = false, action = clap::ArgAction::Set)]
     pub dry_run: bool,
 
-    /// Consecutive checks a noisy signal (temperature, corrected ECC, slowdown, hung call) needs.
-    #[arg(long = "health.debounce-checks", env = "GPU_EXPORTER_HEALTH_DEBOUNCE_CHECKS", default_value_t = 3)]
+    /// Consecutive checks a noisy signal (temperature, corrected ECC, slowdown, hung call)
+    /// needs, 1 to 20 (1: act on the first check that sees it). 20 checks are 20 minutes
+    /// at the default interval: a fault that must last longer is not being watched.
+    #[arg(
+        long = "health.debounce-checks",
+        env = "GPU_EXPORTER_HEALTH_DEBOUNCE_CHECKS",
+        default_value_t = 3,
+        value_parser = Bounded::number(1u32, 20)
+    )]
     pub debounce_checks: u32,
 
-    /// Consecutive healthy checks before a quarantined node is released.
-    #[arg(long = "health.recovery-checks", env = "GPU_EXPORTER_HEALTH_RECOVERY_CHECKS", default_value_t = 3)]
+    /// Consecutive healthy checks before a quarantined node is released, 1 to 20 (1:
+    /// the first healthy check). For a longer hold use --health.min-quarantine.
+    #[arg(
+        long = "health.recovery-checks",
+        env = "GPU_EXPORTER_HEALTH_RECOVERY_CHECKS",
+        default_value_t = 3,
+        value_parser = Bounded::number(1u32, 20)
+    )]
     pub recovery_checks: u32,
 
-    /// Shortest quarantine.
-    #[arg(long = "health.min-quarantine", env = "GPU_EXPORTER_HEALTH_MIN_QUARANTINE", default_value = "10m", value_parser = parse_seconds)]
+    /// Shortest quarantine, 0s to 24h (0s: only the recovery checks count). A node held
+    /// longer than a day after it recovered needs a person, not a timer.
+    #[arg(
+        long = "health.min-quarantine",
+        env = "GPU_EXPORTER_HEALTH_MIN_QUARANTINE",
+        default_value = "10m",
+        value_parser = Bounded::duration(parse_seconds, Duration::ZERO, Duration::from_secs(24 * 3600))
+    )]
     pub min_quarantine: Duration,
 
     /// XID classes overriding the default table, CODE=CLASS (event, quarantine, reset,
@@ -86,16 +155,24 @@ pub struct HealthArgs {
     #[arg(long = "health.domain", env = "GPU_EXPORTER_HEALTH_DOMAIN", default_value = "gpu-telemetry.io")]
     pub domain: String,
 
-    /// No new quarantine while this share of the GPU nodes is quarantined by the loop.
+    /// No new quarantine while this share of the GPU nodes is quarantined by the loop, 0
+    /// to 1 (a share; at least one node may always be taken out, so 0 means one node).
     #[arg(
         long = "health.breaker.max-fraction",
         env = "GPU_EXPORTER_HEALTH_BREAKER_MAX_FRACTION",
-        default_value_t = 0.1
+        default_value_t = 0.1,
+        value_parser = Bounded::number(0.0f64, 1.0)
     )]
     pub breaker_max_fraction: f64,
 
-    /// No new quarantine while this many GPU nodes are quarantined (replaces the share).
-    #[arg(long = "health.breaker.max-nodes", env = "GPU_EXPORTER_HEALTH_BREAKER_MAX_NODES")]
+    /// No new quarantine while this many GPU nodes are quarantined (replaces the share), 1
+    /// to 5000. 0 would forbid every quarantine (use --health.auto-cordon=false for that);
+    /// 5000 nodes is the largest cluster Kubernetes supports.
+    #[arg(
+        long = "health.breaker.max-nodes",
+        env = "GPU_EXPORTER_HEALTH_BREAKER_MAX_NODES",
+        value_parser = Bounded::number(1u32, 5000)
+    )]
     pub breaker_max_nodes: Option<u32>,
 
     /// Label selector of the GPU nodes the share is taken of.
@@ -122,12 +199,25 @@ pub struct HealthArgs {
     #[arg(long = "health.event-namespace", env = "GPU_EXPORTER_HEALTH_EVENT_NAMESPACE", default_value = "default")]
     pub event_namespace: String,
 
-    /// Attempts per API request on 409, 429, 5xx or no answer, with backoff and jitter.
-    #[arg(long = "health.api-attempts", env = "GPU_EXPORTER_HEALTH_API_ATTEMPTS", default_value_t = 5)]
+    /// Attempts per API request on 409, 429, 5xx or no answer, with backoff and jitter, 1
+    /// to 10 (1: no retry). A failed reconcile is retried at the next check anyway; more
+    /// attempts only hold the loop on an API server that is down.
+    #[arg(
+        long = "health.api-attempts",
+        env = "GPU_EXPORTER_HEALTH_API_ATTEMPTS",
+        default_value_t = 5,
+        value_parser = Bounded::number(1u32, 10)
+    )]
     pub api_attempts: u32,
 
-    /// Deadline of one API request.
-    #[arg(long = "health.api-timeout", env = "GPU_EXPORTER_HEALTH_API_TIMEOUT", default_value = "10s", value_parser = parse_seconds)]
+    /// Deadline of one API request, 1s to 2m. Below a second a loaded API server times
+    /// out healthy requests; past two minutes a stuck request holds up the loop's checks.
+    #[arg(
+        long = "health.api-timeout",
+        env = "GPU_EXPORTER_HEALTH_API_TIMEOUT",
+        default_value = "10s",
+        value_parser = Bounded::duration(parse_seconds, Duration::from_secs(1), Duration::from_secs(120))
+    )]
     pub api_timeout: Duration,
 }
 
@@ -340,12 +430,53 @@ mod tests {
     }
 
     #[test]
+    fn out_of_range_values_are_refused_with_flag_variable_and_range() {
+        for (argv, flag, variable, range) in [
+            (
+                ["--health.temperature-threshold", "500"],
+                "--health.temperature-threshold",
+                "TEMPERATURE_THRESHOLD",
+                "60 to 105",
+            ),
+            (
+                ["--health.temperature-threshold", "0"],
+                "--health.temperature-threshold",
+                "TEMPERATURE_THRESHOLD",
+                "60 to 105",
+            ),
+            (
+                ["--health.debounce-checks", "0"],
+                "--health.debounce-checks",
+                "GPU_EXPORTER_HEALTH_DEBOUNCE_CHECKS",
+                "1 to 20",
+            ),
+            (
+                ["--health.recovery-checks", "0"],
+                "--health.recovery-checks",
+                "GPU_EXPORTER_HEALTH_RECOVERY_CHECKS",
+                "1 to 20",
+            ),
+            (["--health.check-interval", "0"], "--health.check-interval", "CHECK_INTERVAL", "1s to 1h"),
+        ] {
+            let mut full = vec!["x"];
+            full.extend_from_slice(&argv);
+            let err = Cli::try_parse_from(full).unwrap_err().to_string();
+            for part in [flag, variable, range] {
+                assert!(err.contains(part), "{argv:?}: {part} in {err}");
+            }
+        }
+    }
+
+    #[test]
     fn bad_values_are_named() {
         assert!(matches!(parse(&["--health.domain", "Not A Domain"]).settings(), Err(HealthConfigError::Domain(_))));
-        assert!(matches!(
-            parse(&["--health.breaker.max-fraction", "1.5"]).settings(),
-            Err(HealthConfigError::Fraction(_))
-        ));
+        let mut wide = parse(&[]);
+        wide.breaker_max_fraction = 1.5;
+        assert!(matches!(wide.settings(), Err(HealthConfigError::Fraction(_))), "checked without clap too");
+        wide.breaker_max_fraction = 0.1;
+        wide.check_interval = Duration::from_millis(10);
+        let err = wide.settings().unwrap_err();
+        assert_eq!(err.to_string(), "--health.check-interval (CHECK_INTERVAL) 10ms: must be at least 1s");
         assert!(matches!(parse(&["--health.xid-classes", "79=x"]).settings(), Err(HealthConfigError::Xid(_))));
         assert!(matches!(
             parse(&["--health.breaker.node-selector", "a!=b"]).settings(),
