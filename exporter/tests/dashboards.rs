@@ -1,6 +1,7 @@
 //! The Grafana dashboards under `dashboards/`: well-formed, every panel on the
-//! dashboard's data-source variable, and every query accepted by a real Prometheus
-//! (template variables replaced as Grafana would).
+//! dashboard's data-source variable, every query accepted by a real Prometheus
+//! (template variables replaced as Grafana would) and naming only metrics the exporter
+//! serves; the PromQL examples in `docs/metrics.md` are accepted too.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -47,15 +48,44 @@ fn panels_are_well_formed() {
     }
 }
 
+/// The query as Grafana sends it, with its template variables replaced.
+fn concrete(expr: &str) -> String {
+    expr.replace("$cluster", ".*").replace("$node", ".*").replace("$__rate_interval", "1m").replace("$__range", "1h")
+}
+
 #[test]
 fn every_query_is_valid_promql() {
     let prometheus = start_prometheus(None);
     wait_ready(&prometheus);
     for (file, dashboard) in dashboards() {
         for expr in queries(&dashboard) {
-            let concrete = expr.replace("$cluster", ".*").replace("$node", ".*").replace("$__rate_interval", "1m");
-            let (status, body) = query_raw(&prometheus, &concrete);
+            let (status, body) = query_raw(&prometheus, &concrete(&expr));
             assert_eq!(status, 200, "{file}: {expr}: {body}");
+        }
+    }
+    // The worked joins users copy from the metrics reference.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md")).unwrap();
+    let examples: Vec<&str> = doc.split("```promql\n").skip(1).filter_map(|rest| rest.split("```").next()).collect();
+    assert!(examples.len() >= 3, "docs/metrics.md has its join examples");
+    for expr in examples {
+        let (status, body) = query_raw(&prometheus, expr);
+        assert_eq!(status, 200, "docs/metrics.md: {expr}: {body}");
+    }
+}
+
+#[test]
+fn queries_name_only_metrics_the_exporter_serves() {
+    let mut known: Vec<String> = gpu_exporter::render::families::ALL.iter().map(|f| f.sample_name()).collect();
+    known.extend(gpu_exporter::health::metrics::ALL.iter().map(|f| f.sample_name()));
+    for (file, dashboard) in dashboards() {
+        let variables =
+            dashboard["templating"]["list"].as_array().unwrap().iter().filter_map(|v| v["definition"].as_str());
+        for expr in queries(&dashboard).iter().map(String::as_str).chain(variables) {
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("gpu_") {
+                    assert!(known.iter().any(|k| k == word), "{file}: unknown metric {word} in {expr}");
+                }
+            }
         }
     }
 }

@@ -184,6 +184,10 @@ pub const POD_INFO: Family = info(
     "gpu_pod",
     "A pod that owns or uses a GPU or MIG instance on this node, with its allow-listed labels. Always 1.",
 );
+pub const DEVICE_POD_INFO: Family = info(
+    "gpu_device_pod",
+    "The container that alone holds a GPU or MIG instance, on the device's labels; join counters with it to name the holder. Always 1.",
+);
 pub const POD_UTILIZATION: Family = gauge(
     "gpu_pod_utilization",
     None,
@@ -286,6 +290,7 @@ pub const ALL: &[Family] = &[
     NVML_CALL_SECONDS,
     // Pod attribution.
     POD_INFO,
+    DEVICE_POD_INFO,
     POD_UTILIZATION,
     POD_MEMORY_USED,
     POD_MEMORY_SCALED,

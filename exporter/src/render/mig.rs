@@ -19,20 +19,26 @@ pub fn instance_labels<'a>(snapshot: &'a Snapshot, gpu_labels: &[String]) -> Vec
         }
         for instance in gpu.mig.iter().flat_map(|m| &m.instances) {
             let mut l = labels.clone();
-            for (name, value) in [
-                ("mig_profile", instance.profile.clone()),
-                ("gpu_instance_id", instance.gpu_instance_id.to_string()),
-                ("compute_instance_id", instance.compute_instance_id.to_string()),
-                ("mig_uuid", instance.uuid.clone()),
-            ] {
-                l.push(',');
-                push_label(&mut l, name, &value);
-            }
+            push_mig_labels(&mut l, instance);
             super::pods::push_owner_labels(&mut l, snapshot, &instance.uuid);
             out.push((l, instance));
         }
     }
     out
+}
+
+/// Appends `mig_profile`, `gpu_instance_id`, `compute_instance_id` and `mig_uuid` to a
+/// GPU's label list.
+pub fn push_mig_labels(labels: &mut String, instance: &MigInstance) {
+    for (name, value) in [
+        ("mig_profile", instance.profile.clone()),
+        ("gpu_instance_id", instance.gpu_instance_id.to_string()),
+        ("compute_instance_id", instance.compute_instance_id.to_string()),
+        ("mig_uuid", instance.uuid.clone()),
+    ] {
+        labels.push(',');
+        push_label(labels, name, &value);
+    }
 }
 
 /// The instance's value in one of the contract families, if it has one.

@@ -4,6 +4,13 @@
 //! constant labels from `--label`; the exporter's own series have `node` and the
 //! constant labels. A GPU that is stale or lost keeps its state series but shows no
 //! readings: a number that is not current must not reach dashboards or the HPA.
+//!
+//! Series identity: a device held by one container adds `namespace`, `pod` and
+//! `container` to its gauges (the HPA reads them there), but never to a counter or to
+//! the XID last-seen time. Those record the device's history: a label that changed with
+//! the holder would make Prometheus see a new series starting at the full value, so
+//! `increase()` and `rate()` would jump and alerts fire again. Who holds a device is the
+//! join with `gpu_device_pod_info` (rendered by [`pods`]); see docs/metrics.md.
 
 pub mod encode;
 pub mod families;
@@ -12,7 +19,7 @@ mod pods;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use encode::{Encoder, Family, Format, label_list, push_label};
+use encode::{Encoder, Family, Format, Kind, label_list, push_label};
 use families as f;
 
 use crate::snapshot::{CLOCK_EVENT_REASONS, GpuReadings, GpuSnapshot, GpuState, NvmlStatus, Snapshot};
@@ -49,16 +56,17 @@ pub fn render_with(
     sections: &[std::sync::Arc<dyn Section>],
 ) -> String {
     let mut out = String::with_capacity(16 * 1024 + snapshot.gpus.len() * 8 * 1024);
+    // Device labels only: counters and event records use these.
     let base_labels: Vec<String> = snapshot.gpus.iter().map(|g| gpu_label_list(g, ctx)).collect();
-    // Pod attribution: a device held by one container carries its owner's labels.
+    // Pod attribution: the gauges of a device held by one container carry its owner's labels.
     let gpu_labels = pods::with_owner_labels(snapshot, &base_labels);
     let own = own_label_list(ctx);
     let mut enc = Encoder::new(&mut out, format);
-    let instance_labels = mig::instance_labels(snapshot, &gpu_labels);
+    let instance_labels = mig::instance_labels(snapshot, &base_labels);
     render_gpu_state(&mut enc, snapshot, &gpu_labels);
-    render_readings(&mut enc, snapshot, &gpu_labels, &instance_labels);
+    render_readings(&mut enc, snapshot, GpuLabels { held: &gpu_labels, device: &base_labels }, &instance_labels);
     mig::render_mig(&mut enc, snapshot, &gpu_labels, &instance_labels);
-    render_xids(&mut enc, snapshot, &gpu_labels);
+    render_xids(&mut enc, snapshot, &base_labels);
     render_self(&mut enc, snapshot, ctx, &own);
     pods::render_pods(&mut enc, snapshot, &base_labels, &own);
     for section in sections {
@@ -137,6 +145,26 @@ fn render_gpu_state(enc: &mut Encoder<'_>, snapshot: &Snapshot, labels: &[String
     }
 }
 
+/// The label lists of every GPU, in snapshot order, in the two forms a family can need.
+#[derive(Clone, Copy)]
+struct GpuLabels<'a> {
+    /// With the owner's `namespace`, `pod`, `container` where one container holds the GPU:
+    /// for gauges.
+    held: &'a [String],
+    /// The device's labels alone: for counters, whose identity must not follow the holder.
+    device: &'a [String],
+}
+
+impl<'a> GpuLabels<'a> {
+    /// The label lists `family` is rendered with.
+    fn of(self, family: &Family) -> &'a [String] {
+        match family.kind {
+            Kind::Counter => self.device,
+            Kind::Gauge | Kind::Info => self.held,
+        }
+    }
+}
+
 type Reading = fn(&GpuReadings) -> Option<f64>;
 
 /// Families with one sample per GPU and no label of their own, in render order.
@@ -169,33 +197,37 @@ const SINGLE_VALUE: &[(Family, Reading)] = &[
 fn render_readings(
     enc: &mut Encoder<'_>,
     snapshot: &Snapshot,
-    labels: &[String],
+    labels: GpuLabels<'_>,
     instances: &[(String, &crate::snapshot::MigInstance)],
 ) {
-    let current: Vec<(&GpuReadings, &String)> =
-        snapshot.gpus.iter().zip(labels).filter_map(|(g, l)| g.readings.as_ref().map(|r| (r, l))).collect();
+    fn answered<'a>(snapshot: &'a Snapshot, lists: &'a [String]) -> Vec<(&'a GpuReadings, &'a String)> {
+        snapshot.gpus.iter().zip(lists).filter_map(|(g, l)| g.readings.as_ref().map(|r| (r, l))).collect()
+    }
     for (family, reading) in SINGLE_VALUE {
         enc.family(family);
-        for (r, l) in &current {
+        for (r, l) in answered(snapshot, labels.of(family)) {
             if let Some(v) = reading(r) {
                 enc.sample(l, &[], v);
             }
         }
+        // Only gauges have per-instance values (and instance label lists carry the owner).
         for (l, instance) in instances {
             if let Some(v) = mig::instance_value(family.name, instance) {
                 enc.sample(l, &[], v);
             }
         }
     }
+    let current = answered(snapshot, labels.held);
+    let counters = answered(snapshot, labels.of(&f::ECC_ERRORS));
     enc.family(&f::ECC_ERRORS);
-    for (r, l) in &current {
+    for (r, l) in &counters {
         if let Some(e) = r.ecc {
             enc.sample(l, &[("error_type", "corrected")], e.corrected_aggregate as f64);
             enc.sample(l, &[("error_type", "uncorrected")], e.uncorrected_aggregate as f64);
         }
     }
     enc.family(&f::ECC_VOLATILE);
-    for (r, l) in &current {
+    for (r, l) in &counters {
         if let Some(e) = r.ecc {
             enc.sample(l, &[("error_type", "corrected")], e.corrected_volatile as f64);
             enc.sample(l, &[("error_type", "uncorrected")], e.uncorrected_volatile as f64);
@@ -251,6 +283,8 @@ fn render_readings(
     }
 }
 
+/// `labels` are the device's alone: an XID belongs to the GPU's history, so neither the
+/// counter nor its last-seen time moves to a new series when the holder changes.
 fn render_xids(enc: &mut Encoder<'_>, snapshot: &Snapshot, labels: &[String]) {
     // XIDs are events, not readings: they stay visible on stale and lost GPUs.
     enc.family(&f::XID_ERRORS);

@@ -4,6 +4,11 @@
 //! labels), on MIG instances also `mig_profile`, `gpu_instance_id`,
 //! `compute_instance_id` and `mig_uuid`, then `namespace`, `pod`, `container`. Nothing
 //! here renders when attribution is not running.
+//!
+//! `gpu_device_pod_info` is the attribution info family: one series per device (GPU or
+//! MIG instance) that exactly one container holds, with the same labels as the device's
+//! gauges. Counters carry no owner labels (see [`super`]); joining them with this family
+//! on the device labels names the holder.
 
 use std::collections::HashMap;
 
@@ -50,6 +55,7 @@ pub(super) fn render_pods(enc: &mut Encoder<'_>, snapshot: &Snapshot, gpu_labels
     let Some(result) = &snapshot.attribution else { return };
     let by_index: HashMap<u32, &String> = snapshot.gpus.iter().map(|g| g.index).zip(gpu_labels).collect();
     render_pod_info(enc, result, own);
+    render_device_pod_info(enc, snapshot, result, gpu_labels);
     let usage_labels: Vec<Option<String>> = result
         .usage
         .iter()
@@ -97,6 +103,33 @@ fn render_pod_info(enc: &mut Encoder<'_>, result: &AttributionResult, own: &str)
         let mut extra: Vec<(&str, &str)> = vec![("namespace", &pod.namespace), ("pod", &pod.pod), ("uid", &pod.uid)];
         extra.extend(pod.labels.iter().map(|(n, v)| (n.as_str(), v.as_str())));
         enc.sample(own, &extra, 1.0);
+    }
+}
+
+/// One series per held device, GPUs in snapshot order, each followed by its MIG instances.
+/// Stale and lost GPUs keep theirs: holding a device does not depend on it answering, and
+/// an XID on a lost GPU is exactly when the holder matters.
+fn render_device_pod_info(
+    enc: &mut Encoder<'_>,
+    snapshot: &Snapshot,
+    result: &AttributionResult,
+    gpu_labels: &[String],
+) {
+    enc.family(&f::DEVICE_POD_INFO);
+    for (gpu, labels) in snapshot.gpus.iter().zip(gpu_labels) {
+        if let Some(owner) = result.owners.get(&gpu.identity.uuid) {
+            let mut l = labels.clone();
+            push_container(&mut l, owner);
+            enc.sample(&l, &[], 1.0);
+        }
+        for instance in gpu.mig.iter().flat_map(|m| &m.instances) {
+            if let Some(owner) = result.owners.get(&instance.uuid) {
+                let mut l = labels.clone();
+                super::mig::push_mig_labels(&mut l, instance);
+                push_container(&mut l, owner);
+                enc.sample(&l, &[], 1.0);
+            }
+        }
     }
 }
 
@@ -261,6 +294,90 @@ mod tests {
         let mut untouched = "node=\"n1\"".to_string();
         push_owner_labels(&mut untouched, &snapshot, "MIG-unowned");
         assert_eq!(untouched, "node=\"n1\"");
+    }
+
+    /// GPU 0 held by `train` with every counter and an XID; GPU 1 in MIG mode with its
+    /// instance `MIG-1` held by `emb`.
+    fn held_with_counters() -> Snapshot {
+        use crate::snapshot::{EccCounts, MigInstance, MigState, XidRecord};
+        let mut snapshot = snapshot();
+        if let Some(r) = snapshot.gpus[0].readings.as_mut() {
+            r.energy_joules = Some(5000.0);
+            r.pcie_replays = Some(2);
+            r.ecc = Some(EccCounts { corrected_volatile: 3, uncorrected_volatile: 1, ..EccCounts::default() });
+        }
+        snapshot.gpus[0]
+            .xids
+            .insert(79, XidRecord { count: 1, last_seen: UNIX_EPOCH + Duration::from_secs(1_700_000_000) });
+        snapshot.gpus[1].mig = Some(MigState {
+            instances: vec![MigInstance {
+                uuid: "MIG-1".into(),
+                profile: "1g.10gb".into(),
+                gpu_instance_id: 9,
+                compute_instance_id: 0,
+                compute_slices: 1,
+                ..MigInstance::default()
+            }],
+            ..MigState::default()
+        });
+        if let Some(a) = snapshot.attribution.as_mut() {
+            a.owners.insert("MIG-1".into(), owner("emb"));
+        }
+        snapshot
+    }
+
+    #[test]
+    fn held_devices_have_an_info_series_with_their_gauge_labels() {
+        let text = render(&held_with_counters(), &ctx(), Format::PrometheusText);
+        let info = samples(&text, "gpu_device_pod_info");
+        assert_eq!(
+            info,
+            [
+                "gpu_device_pod_info{node=\"n1\",gpu=\"0\",uuid=\"GPU-0\",model=\"M\",cluster=\"prod\",namespace=\"ai\",pod=\"train\",container=\"main\"} 1",
+                "gpu_device_pod_info{node=\"n1\",gpu=\"1\",uuid=\"GPU-1\",model=\"M\",cluster=\"prod\",mig_profile=\"1g.10gb\",gpu_instance_id=\"9\",compute_instance_id=\"0\",mig_uuid=\"MIG-1\",namespace=\"ai\",pod=\"emb\",container=\"main\"} 1",
+            ],
+            "{text}"
+        );
+        // The info series has exactly the labels of the device's gauges, so a gauge joins 1:1.
+        for line in info {
+            let labels = line.split_once('{').and_then(|(_, rest)| rest.split_once('}')).map(|(l, _)| l).unwrap();
+            let gauge = if labels.contains("mig_uuid") { "gpu_mig_instance_info" } else { "gpu_utilization" };
+            assert!(text.contains(&format!("{gauge}{{{labels}}} ")), "{gauge} lacks {labels}:\n{text}");
+        }
+    }
+
+    #[test]
+    fn counters_and_xid_times_keep_the_device_labels_of_a_held_device() {
+        let text = render(&held_with_counters(), &ctx(), Format::PrometheusText);
+        let counters: Vec<&str> =
+            text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.strip_suffix(" counter")).collect();
+        for family in [
+            "gpu_energy_consumption_joules_total",
+            "gpu_pcie_replays_total",
+            "gpu_ecc_volatile_errors_total",
+            "gpu_xid_errors_total",
+        ] {
+            assert!(counters.contains(&family), "{family} not rendered:\n{text}");
+        }
+        let held = "namespace=\"ai\",pod=\"train\"";
+        for family in counters.iter().copied().chain(["gpu_xid_last_seen_timestamp_seconds"]) {
+            for line in samples(&text, family) {
+                assert!(!line.contains("pod="), "{line}");
+            }
+        }
+        assert!(text.contains(
+            "gpu_energy_consumption_joules_total{node=\"n1\",gpu=\"0\",uuid=\"GPU-0\",model=\"M\",cluster=\"prod\"} 5000\n"
+        ), "{text}");
+        assert!(text.contains(
+            "gpu_xid_errors_total{node=\"n1\",gpu=\"0\",uuid=\"GPU-0\",model=\"M\",cluster=\"prod\",xid=\"79\"} 1\n"
+        ));
+        // Gauges of the same GPU keep the holder (the HPA and the adapter read them there).
+        let power = samples(&text, "gpu_utilization").into_iter().find(|l| l.contains("GPU-0")).unwrap();
+        assert!(power.contains(held), "{power}");
+    }
+
+    fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+        text.lines().filter(|l| !l.starts_with('#') && l.split(['{', ' ']).next() == Some(name)).collect()
     }
 
     #[test]
