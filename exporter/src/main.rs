@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser as _;
+use gpu_exporter::attribution::config::ApiMode;
 use gpu_exporter::collect::{self, CollectorSettings};
 use gpu_exporter::config::{Args, LogFormat};
+use gpu_exporter::health::KubeAccess;
 use gpu_exporter::render::RenderContext;
 use gpu_exporter::server::{AppState, router};
 use gpu_exporter::web::{self, WebConfig};
@@ -94,7 +96,14 @@ async fn run(
     .context("starting the collector thread")?;
     tracing::info!(address = %local, node = %context.node, library = %args.nvml_library.display(), "serving /metrics");
     let health = match args.health.enabled {
-        true => Some(gpu_exporter::health::start(health, context.node.clone(), snapshots.clone()).await),
+        true => {
+            // `--kubernetes.api` means the same for the pod watch and the health loop.
+            let access = match args.attribution.api {
+                ApiMode::Off => KubeAccess::Off,
+                ApiMode::Auto => KubeAccess::Auto { kubeconfig: args.attribution.kubeconfig.clone() },
+            };
+            Some(gpu_exporter::health::start(health, context.node.clone(), snapshots.clone(), access).await)
+        }
         false => None,
     };
     let sections = health.as_ref().map(|h| h.sections()).unwrap_or_default();

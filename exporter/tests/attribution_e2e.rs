@@ -216,8 +216,17 @@ fn with_the_api_pods_carry_labels_and_an_ended_pod_leaves_while_the_kubelet_list
     }
     let url = runtime.block_on(serve(api.clone()));
     let config = kubeconfig(dir.path(), &url);
-    let node =
-        start(&["--kubernetes.api", "auto", "--kubernetes.kubeconfig", &config, "--kubernetes.pod-labels", "app|team"]);
+    // The health loop would follow the same kubeconfig; this test counts the pod watch's requests only.
+    let node = start(&[
+        "--kubernetes.api",
+        "auto",
+        "--kubernetes.kubeconfig",
+        &config,
+        "--kubernetes.pod-labels",
+        "app|team",
+        "--health.enabled",
+        "false",
+    ]);
     let text = wait_metrics(&node.exporter, "the watch to sync", |t| {
         sample(t, "gpu_exporter_pod_watch_up", &[]) == Some(1.0) && owned(t, GPU0, "train")
     });

@@ -137,6 +137,7 @@ fn sick() -> Verdict {
             code: "Xid79".into(),
             detail: "XID 79".into(),
             needs: Needs::Reset,
+            first_seen: None,
         }],
         latches: vec![],
         pending: vec![],

@@ -7,130 +7,17 @@
 mod health_support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use clap::Parser as _;
-use gpu_exporter::config::Args;
-use gpu_exporter::health::config::HealthSettings;
 use gpu_exporter::health::policy::Health;
-use gpu_exporter::health::{HealthHandle, start_with_config};
-use gpu_exporter::snapshot::{
-    DriverInfo, EccCounts, GpuIdentity, GpuReadings, GpuSnapshot, GpuState, NvmlStatus, Snapshot, XidRecord,
-};
+use gpu_exporter::snapshot::{EccCounts, GpuSnapshot, GpuState};
+use health_support::in_process::{Loop, NS, settings, snapshot, xid79};
 use health_support::{Expect, FakeApi, gpu_node};
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
-const NS: &str = "gpu-telemetry";
 const CM: &str = "/api/v1/namespaces/gpu-telemetry/configmaps";
 const EVENTS: &str = "/api/v1/namespaces/default/events";
 const TAINT: &str = "gpu-telemetry.io/gpu-unhealthy";
-
-fn settings(extra: &[&str]) -> HealthSettings {
-    let mut argv = vec![
-        "gpu-exporter",
-        "--health.debounce-checks",
-        "2",
-        "--health.recovery-checks",
-        "2",
-        "--health.min-quarantine",
-        "0",
-        "--health.api-attempts",
-        "4",
-        "--health.namespace",
-        NS,
-    ];
-    argv.extend_from_slice(extra);
-    let mut s = Args::try_parse_from(argv).unwrap().health.settings().unwrap();
-    s.check_interval = Duration::from_millis(300);
-    s
-}
-
-fn config(url: &str) -> kube::Config {
-    kube::Config::new(url.parse().unwrap())
-}
-
-/// One GPU; `f` shapes it.
-fn snapshot(generation: u64, f: impl FnOnce(&mut GpuSnapshot)) -> Arc<Snapshot> {
-    let mut gpu = GpuSnapshot {
-        index: 0,
-        identity: GpuIdentity {
-            uuid: "GPU-0000".into(),
-            model: "NVIDIA H100 80GB HBM3".into(),
-            ..GpuIdentity::default()
-        },
-        state: GpuState::Ok,
-        readings: Some(GpuReadings {
-            temperature_celsius: Some(50),
-            ecc: Some(EccCounts::default()),
-            ..GpuReadings::default()
-        }),
-        ..GpuSnapshot::default()
-    };
-    f(&mut gpu);
-    if gpu.state != GpuState::Ok {
-        gpu.readings = None;
-    }
-    let mut s = Snapshot {
-        generation,
-        nvml: NvmlStatus::Up(DriverInfo { driver_version: "550.90.07".into(), cuda_version: "12.4".into() }),
-        gpus: vec![gpu],
-        ..Snapshot::default()
-    };
-    s.stats.cycles_total = generation;
-    Arc::new(s)
-}
-
-fn xid79(g: &mut GpuSnapshot) {
-    g.xids.insert(79, XidRecord { count: 1, last_seen: SystemTime::now() });
-}
-
-struct Loop {
-    _rt: tokio::runtime::Runtime,
-    handle: Option<HealthHandle>,
-    publish: watch::Sender<Arc<Snapshot>>,
-}
-
-impl Loop {
-    fn start(node: &str, settings: HealthSettings, url: &str, first: Arc<Snapshot>) -> Loop {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let (publish, snapshots) = watch::channel(first);
-        let handle = rt.block_on(start_with_config(settings, node.into(), snapshots, Some(config(url))));
-        Loop { _rt: rt, handle: Some(handle), publish }
-    }
-
-    fn publish(&self, s: Arc<Snapshot>) {
-        self.publish.send_replace(s);
-    }
-
-    fn view(&self) -> gpu_exporter::health::metrics::HealthView {
-        self.handle.as_ref().unwrap().metrics.view()
-    }
-
-    fn wait(&self, what: &str, timeout: Duration, check: impl Fn(&gpu_exporter::health::metrics::HealthView) -> bool) {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if check(&self.view()) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("timed out waiting for {what}; metrics: {:?}", self.view());
-    }
-
-    fn checks(&self) -> u64 {
-        self.view().checks.values().sum()
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            h.stop();
-        }
-    }
-}
 
 fn fleet(api: &FakeApi, n: usize) {
     for i in 1..=n {
@@ -241,11 +128,19 @@ fn quarantine_and_recovery_write_exactly_the_scripted_requests() {
     l.wait("three more checks", Duration::from_secs(5), |v| v.checks.values().sum::<u64>() >= checks + 3);
     assert_eq!(api.writes().len(), writes, "no write while nothing changes");
 
-    // The GPU falls off the bus: a new reason, recorded; no new cordon.
+    // The GPU falls off the bus: a new reason, recorded; no new cordon. Xid79 (needs a
+    // reset) stays the primary reason: the taint stays, the condition keeps its reason
+    // and only its message lists the new one; no Event.
     api.expect(Expect::patch(node).lacks("/spec").body("adds the new reason", |b| {
         b["metadata"]["annotations"]["gpu-telemetry.io/gpu-health"].as_str().unwrap_or("").contains("GpuLost")
     }));
-    api.expect(Expect::patch(status).has("/status/conditions/0/reason", json!("GpuLost")));
+    api.expect(Expect::patch(status).has("/status/conditions/0/reason", json!("Xid79")).body(
+        "lists both reasons, the primary first",
+        |b| {
+            let m = b["status"]["conditions"][0]["message"].as_str().unwrap_or("");
+            m.find("Xid79").is_some_and(|x| m.find("GpuLost").is_some_and(|l| x < l))
+        },
+    ));
     l.publish(snapshot(3, |g| {
         xid79(g);
         g.state = GpuState::Lost { since: SystemTime::now() };
@@ -435,6 +330,7 @@ fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
         code: "Xid79".into(),
         detail: "XID 79: GPU has fallen off the bus: it answers nothing until it is reset".into(),
         needs: Needs::Reset,
+        first_seen: None,
     };
     let since = SystemTime::now() - Duration::from_secs(3600);
     let claim = Claim {
@@ -500,4 +396,163 @@ fn a_breaker_that_cannot_be_asked_holds_the_cordon_but_not_the_condition() {
         Some(&2),
         "a 403 is counted, and not retried within a request"
     );
+}
+
+/// The loop's taint value, its condition's reason and the primary reason its last
+/// Event names, as the API server holds them.
+fn primary_everywhere(api: &FakeApi, node: &str) -> (String, String, String) {
+    let n = api.node(node);
+    let taint = n["spec"]["taints"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["key"] == TAINT))
+        .map_or(String::new(), |t| t["value"].as_str().unwrap().to_string());
+    let condition = n["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "GPUHealthy"))
+        .map_or(String::new(), |c| c["reason"].as_str().unwrap().to_string());
+    let events = api.events();
+    let named = events
+        .iter()
+        .rev()
+        .find_map(|e| e["message"].as_str().unwrap().split("primary reason ").nth(1))
+        .map_or(String::new(), |rest| rest.split([';', ' ']).next().unwrap().to_string());
+    (taint, condition, named)
+}
+
+fn wait_for_primary(api: &FakeApi, node: &str, code: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let want = (code.to_string(), code.to_string(), code.to_string());
+    while primary_everywhere(api, node) != want {
+        assert!(
+            Instant::now() < deadline,
+            "taint, condition, Event: {:?}, expected all {code}",
+            primary_everywhere(api, node)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn taint_condition_and_events_agree_on_the_primary_reason_as_reasons_join() {
+    use health_support::in_process::lost;
+    // XID 79, then the GPU is lost: Xid79 needs a reset and stays primary everywhere.
+    let api = FakeApi::start();
+    fleet(&api, 20);
+    let l = Loop::start("gpu-01", settings(&[]), &api.url(), snapshot(1, xid79));
+    l.wait("quarantine", Duration::from_secs(10), |v| v.quarantined);
+    wait_for_primary(&api, "gpu-01", "Xid79");
+    l.publish(snapshot(2, |g| {
+        xid79(g);
+        lost(g);
+    }));
+    l.wait("both reasons", Duration::from_secs(10), |v| v.reasons.len() == 2);
+    l.wait_checks(2);
+    assert_eq!(primary_everywhere(&api, "gpu-01"), ("Xid79".into(), "Xid79".into(), "Xid79".into()));
+    assert!(api.events_with_reason("GPUReasonChanged").is_empty());
+    assert_eq!(l.view().reasons[0].code, "Xid79");
+
+    // The reverse: lost first, then XID 79 joins, more severe: all three move together.
+    let api = FakeApi::start();
+    fleet(&api, 20);
+    let l = Loop::start("gpu-01", settings(&[]), &api.url(), snapshot(1, lost));
+    l.wait("quarantine", Duration::from_secs(10), |v| v.quarantined);
+    wait_for_primary(&api, "gpu-01", "GpuLost");
+    let before = api.writes().len();
+    l.publish(snapshot(2, |g| {
+        xid79(g);
+        lost(g);
+    }));
+    wait_for_primary(&api, "gpu-01", "Xid79");
+    let moved = api.events_with_reason("GPUReasonChanged");
+    assert_eq!(moved.len(), 1);
+    assert!(moved[0]["message"].as_str().unwrap().contains("(was GpuLost)"), "{}", moved[0]["message"]);
+    // One node patch moves the taint (and records it in the claim), not a second cordon.
+    let patches: Vec<_> = api.writes()[before..].iter().filter(|w| w.path == "/api/v1/nodes/gpu-01").cloned().collect();
+    assert_eq!(patches.len(), 1, "{:?}", patches.iter().map(|w| w.describe()).collect::<Vec<_>>());
+    assert!(patches[0].body.pointer("/spec/unschedulable").is_none());
+    let claim: Value = serde_json::from_str(
+        api.node("gpu-01")["metadata"]["annotations"]["gpu-telemetry.io/gpu-health"].as_str().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claim["applied"], json!({"cordon": true, "taint": "Xid79"}));
+    let taints = api.node("gpu-01")["spec"]["taints"].as_array().unwrap().clone();
+    assert_eq!(taints.iter().filter(|t| t["key"] == TAINT).count(), 1, "{taints:?}");
+    assert!(taints.iter().any(|t| t["key"] == "nvidia.com/gpu"), "other taints kept");
+    l.wait_checks(2);
+    assert_eq!(api.events_with_reason("GPUReasonChanged").len(), 1, "told once");
+    api.assert_no_failures();
+}
+
+/// Log lines of this test binary, for tests that check what the loop says.
+fn logs() -> &'static std::sync::Mutex<Vec<u8>> {
+    static LOGS: std::sync::OnceLock<&'static std::sync::Mutex<Vec<u8>>> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs: &'static std::sync::Mutex<Vec<u8>> = Box::leak(Box::new(std::sync::Mutex::new(Vec::new())));
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || LogWriter(logs))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        logs
+    })
+}
+
+struct LogWriter(&'static std::sync::Mutex<Vec<u8>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn log_lines(node: &str) -> Vec<String> {
+    let text = String::from_utf8_lossy(&logs().lock().unwrap()).to_string();
+    text.lines().filter(|l| l.contains(node)).map(String::from).collect()
+}
+
+fn wait_for_log(node: &str, needle: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let lines = log_lines(node);
+        if lines.iter().any(|l| l.contains(needle)) {
+            return lines;
+        }
+        assert!(Instant::now() < deadline, "no log line with {needle:?}; lines for {node}:\n{}", lines.join("\n"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn conflicts_that_never_end_are_logged_as_conflicts_not_as_an_unavailable_api() {
+    logs();
+    let api = FakeApi::start();
+    api.add_node(gpu_node("gpu-409"));
+    api.add_node(gpu_node("gpu-503"));
+    // Every node update answers 409 on one node, 503 on the other.
+    api.fail_next("PATCH", "/api/v1/nodes/gpu-409", 409, 10_000);
+    api.fail_next("PATCH", "/api/v1/nodes/gpu-503", 503, 10_000);
+    let conflicted = Loop::start("gpu-409", settings(&[]), &api.url(), snapshot(1, xid79));
+    let unreachable = Loop::start("gpu-503", settings(&[]), &api.url(), snapshot(1, xid79));
+
+    let lines = wait_for_log("gpu-409", "node gpu-409 changed under us 5 times");
+    assert!(lines.iter().any(|l| l.contains("giving up this check")), "{}", lines.join("\n"));
+    wait_for_log("gpu-409", "would cordon");
+    let lines = log_lines("gpu-409");
+    assert!(
+        !lines.iter().any(|l| l.contains("unavailable") || l.contains("cannot update the node")),
+        "a node that keeps changing is not an unavailable API:\n{}",
+        lines.join("\n")
+    );
+    assert_eq!(conflicted.view().api, "connected", "the API server answered every time");
+    assert!(conflicted.view().api_errors.get(&("patch_node", "409".to_string())).is_some_and(|n| *n >= 5));
+
+    let lines = wait_for_log("gpu-503", "Kubernetes API unavailable: would cordon");
+    assert!(!lines.iter().any(|l| l.contains("changed under us")), "{}", lines.join("\n"));
+    unreachable.wait("marked unreachable", Duration::from_secs(10), |v| v.api == "unreachable");
 }

@@ -62,8 +62,10 @@ fn launch(name: &str, node: &Node, kubeconfig: &Path, extra: &[&str]) -> Exporte
         .args(extra)
         .env_remove("NODE_NAME")
         .env_remove("POD_NAMESPACE")
-        // The pod watch would follow the kubeconfig to this fake API, which serves nodes only.
-        .env("GPU_EXPORTER_KUBERNETES_API", "off")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        // The pod watch and the health loop both follow the kubeconfig to the test's API
+        // server (`--kubernetes.api=off` would keep both away from it).
+        .env("GPU_EXPORTER_KUBERNETES_API", "auto")
         .env("KUBECONFIG", kubeconfig)
         .env("FAKE_NVML_SCENARIO", &node.scenario)
         .env("FAKE_NVML_CLOCK_FILE", &node.clock);
@@ -306,6 +308,30 @@ fn dry_run_changes_nothing_but_its_record() {
     let message = api.events()[0]["message"].as_str().unwrap().to_string();
     assert!(message.contains("would cordon, taint gpu-telemetry.io/gpu-unhealthy=Xid79:NoSchedule"), "{message}");
     assert_eq!(e.value("gpu_health_mode_info", &[("mode", "dry_run")]), Some(1.0));
+}
+
+#[test]
+fn kubernetes_api_off_sends_not_one_request_and_reports_what_it_would_do() {
+    let api = FakeApi::start();
+    api.add_node(gpu_node("test-node"));
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::new(XID_79_LOST_RESET);
+    // A working kubeconfig, in the environment: `off` must keep the whole process away from it.
+    let e = launch("test-node", &node, &kubeconfig(&api, &dir), &["--kubernetes.api", "off"]);
+    assert_eq!(e.value("gpu_health_mode_info", &[("mode", "enforce"), ("api", "off")]), Some(1.0));
+    assert_eq!(e.value("gpu_health_node_healthy", &[]), Some(1.0));
+    node.set_clock(11.0);
+    wait_for(Duration::from_secs(10), || e.logs().contains("report-only mode: would cordon, taint"))
+        .unwrap_or_else(|| panic!("no report; logs:\n{}", e.logs()));
+    wait_checks(&e, 2.0);
+    let m = e.metrics();
+    assert_eq!(sample(&m, "gpu_health_node_healthy", &[]), Some(0.0), "the verdict is still evaluated");
+    assert_eq!(sample(&m, "gpu_health_node_reason_info", &[("reason", "Xid79")]), Some(1.0));
+    assert_eq!(sample(&m, "gpu_health_node_quarantined", &[]), Some(0.0));
+    assert!(!m.contains("gpu_exporter_pod_watch_up"), "no pod watch either");
+    assert!(e.logs().contains("--kubernetes.api=off"), "said at start; logs:\n{}", e.logs());
+    let requests: Vec<String> = api.requests().iter().map(|r| r.describe()).collect();
+    assert!(requests.is_empty(), "requests with --kubernetes.api=off: {requests:?}");
 }
 
 #[test]

@@ -13,7 +13,7 @@
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Event, Node};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::node_state::NodeView;
@@ -116,9 +116,13 @@ impl NodeApi {
         .map_err(|e| wrap(op, e))
     }
 
-    /// `GET /api/v1/nodes/{node}`.
-    pub async fn get(&self) -> Result<Node> {
-        self.run("get_node", || self.nodes.get(&self.node)).await
+    /// `GET /api/v1/nodes/{node}`: the latest version (a quorum read) when `fresh`,
+    /// else `resourceVersion=0`, served from the API server's watch cache. A plan made
+    /// from a cached read that is behind carries that read's `resourceVersion`, so its
+    /// patch answers 409 and the loop reads again, fresh.
+    pub async fn get(&self, fresh: bool) -> Result<Node> {
+        let params = if fresh { GetParams::default() } else { GetParams::any() };
+        self.run("get_node", || self.nodes.get_with(&self.node, &params)).await
     }
 
     fn params(&self) -> PatchParams {

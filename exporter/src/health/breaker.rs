@@ -11,12 +11,31 @@
 //! no longer match the GPU node selector are dropped, and so are entries of nodes
 //! that carry no claim of the loop once the entry is older than a grace period (a
 //! node that took its place but crashed before cordoning). Leaving is always allowed.
+//!
+//! API load. Listing the GPU nodes is the expensive request (one object per GPU
+//! node), and a node the breaker holds back asks again at every check; in a
+//! fleet-wide false alarm that is most of the fleet. So the listing is kept:
+//! - a **refusal** may be decided on a listing younger than
+//!   [`FLEET_TTL_CHECKS`] check intervals (jittered, so that nodes blocked at the
+//!   same moment do not all list again at the same moment). A stale listing can
+//!   only count too many (nodes since deleted, a limit from a smaller fleet), which
+//!   delays a quarantine by at most that age and never lets one through;
+//! - a **place is only ever taken on a fresh listing**: when the kept listing says a
+//!   place is free, the nodes are listed again before the `PUT`.
+//!
+//! The listing is metadata only, by label selector, at `resourceVersion=0` (served
+//! from the API server's watch cache, not from etcd); the ConfigMap is first read
+//! from that cache too: its `PUT` carries the `resourceVersion` read, so a read that
+//! was behind costs a 409 and a fresh read, never a second place. A blocked node thus
+//! costs a read of its Node and of the ConfigMap per check, both from the cache,
+//! plus one listing per 5 to 10 checks.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, GetParams, ListParams, ObjectMeta, PostParams};
 
 use super::actions::OnRetry;
 use super::config::{BreakerSettings, Names};
@@ -32,7 +51,9 @@ pub enum BreakerError {
         #[source]
         source: kube::Error,
     },
-    #[error("circuit breaker: ConfigMap {0} kept changing under {1} attempts")]
+    #[error(
+        "circuit breaker: ConfigMap {0} changed under us {1} times (409 Conflict on each update); giving up this check"
+    )]
     Contended(String, u32),
 }
 
@@ -95,6 +116,17 @@ pub fn decide(
     Decision { entries: counted, granted, holds, quarantined, limit, fleet: fleet.len() }
 }
 
+/// Check intervals a listing of the GPU nodes may serve a refusal (see the module docs).
+pub const FLEET_TTL_CHECKS: u32 = 10;
+
+/// A listing of the GPU nodes, kept to decide refusals.
+#[derive(Debug, Clone)]
+struct Listing {
+    fleet: Vec<FleetNode>,
+    /// When it may no longer be used.
+    expires: Instant,
+}
+
 /// The breaker as seen from one node.
 #[derive(Clone)]
 pub struct Breaker {
@@ -106,6 +138,8 @@ pub struct Breaker {
     grace: Duration,
     backoff: Backoff,
     on_failure: OnRetry,
+    fleet_ttl: Duration,
+    listing: Arc<Mutex<Option<Listing>>>,
 }
 
 impl std::fmt::Debug for Breaker {
@@ -117,6 +151,9 @@ impl std::fmt::Debug for Breaker {
 const ROUNDS: u32 = 8;
 
 impl Breaker {
+    /// `fleet_ttl`: how long a listing of the GPU nodes may decide a refusal (at
+    /// most; each listing is kept for a random 50 to 100 % of it).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: kube::Client,
         namespace: &str,
@@ -125,6 +162,7 @@ impl Breaker {
         node: &str,
         backoff: Backoff,
         on_failure: OnRetry,
+        fleet_ttl: Duration,
     ) -> Self {
         let grace = settings.grace;
         Breaker {
@@ -136,7 +174,15 @@ impl Breaker {
             grace,
             backoff,
             on_failure,
+            fleet_ttl,
+            listing: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// The kept listing, while it may still decide a refusal.
+    fn kept_fleet(&self) -> Option<Vec<FleetNode>> {
+        let kept = self.listing.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.as_ref().filter(|l| Instant::now() < l.expires).map(|l| l.fleet.clone())
     }
 
     fn count(&self, op: &'static str) -> impl FnMut(&kube::Error, u32) + '_ {
@@ -147,13 +193,22 @@ impl Breaker {
         move |source| BreakerError::Api { op, source }
     }
 
-    /// The ConfigMap, created empty if missing.
-    async fn read(&self) -> Result<ConfigMap> {
+    /// The ConfigMap, created empty if missing: the latest version when `fresh`, else
+    /// from the API server's cache (`resourceVersion=0`; a `PUT` based on a read that
+    /// is behind answers 409, and the next round reads fresh).
+    async fn read(&self, fresh: bool) -> Result<ConfigMap> {
         let name = &self.settings.config_map;
+        let mut fresh = fresh;
         for _ in 0..ROUNDS {
-            let found = retry(&self.backoff, || self.maps.get_opt(name), self.count("get_config_map"))
-                .await
-                .map_err(Self::api("get"))?;
+            let params = if fresh { GetParams::default() } else { GetParams::any() };
+            let get = || async {
+                match self.maps.get_with(name, &params).await {
+                    Ok(map) => Ok(Some(map)),
+                    Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+                    Err(e) => Err(e),
+                }
+            };
+            let found = retry(&self.backoff, get, self.count("get_config_map")).await.map_err(Self::api("get"))?;
             if let Some(map) = found {
                 return Ok(map);
             }
@@ -165,19 +220,21 @@ impl Breaker {
             let params = PostParams::default();
             match retry(&self.backoff, || self.maps.create(&params, &empty), self.count("create_config_map")).await {
                 Ok(map) => return Ok(map),
-                Err(e) if classify(&e) == Failure::Conflict => continue,
+                // Made by another node meanwhile (a cached read may not show it yet).
+                Err(e) if classify(&e) == Failure::Conflict => fresh = true,
                 Err(e) => return Err(Self::api("create")(e)),
             }
         }
         Err(BreakerError::Contended(name.clone(), ROUNDS))
     }
 
+    /// Lists the GPU nodes (metadata only, from the API server's cache) and keeps the listing.
     async fn fleet(&self) -> Result<Vec<FleetNode>> {
-        let params = ListParams::default().labels(&self.settings.node_selector);
+        let params = ListParams::default().labels(&self.settings.node_selector).match_any();
         let list = retry(&self.backoff, || self.nodes.list_metadata(&params), self.count("list_nodes"))
             .await
             .map_err(Self::api("list_nodes"))?;
-        Ok(list
+        let fleet: Vec<FleetNode> = list
             .items
             .into_iter()
             .map(|n| {
@@ -190,7 +247,10 @@ impl Breaker {
                     .is_some_and(|v| v.get("state").and_then(|s| s.as_str()) == Some("quarantined"));
                 FleetNode { name: n.metadata.name.unwrap_or_default(), quarantined }
             })
-            .collect())
+            .collect();
+        let expires = Instant::now() + self.fleet_ttl.mul_f64(0.5 + 0.5 * fastrand::f64());
+        *self.listing.lock().unwrap_or_else(PoisonError::into_inner) = Some(Listing { fleet: fleet.clone(), expires });
+        Ok(fleet)
     }
 
     async fn write(&self, mut map: ConfigMap, data: BTreeMap<String, String>) -> Result<bool> {
@@ -204,12 +264,20 @@ impl Breaker {
         }
     }
 
-    /// Asks for a place for this node. Granted when it holds one already.
+    /// Asks for a place for this node. Granted when it holds one already. A refusal
+    /// may come from the kept listing of the GPU nodes; a new place is only taken on a
+    /// fresh one.
     pub async fn acquire(&self, now: SystemTime) -> Result<Decision> {
-        for _ in 0..ROUNDS {
-            let map = self.read().await?;
-            let fleet = self.fleet().await?;
+        for round in 0..ROUNDS {
+            let map = self.read(round > 0).await?;
             let entries = map.data.clone().unwrap_or_default();
+            if let Some(kept) = self.kept_fleet() {
+                let decision = decide(&entries, &kept, &self.node, now, self.grace, &self.settings);
+                if decision.holds || !decision.granted {
+                    return Ok(decision);
+                }
+            }
+            let fleet = self.fleet().await?;
             let mut decision = decide(&entries, &fleet, &self.node, now, self.grace, &self.settings);
             if decision.holds || !decision.granted {
                 return Ok(decision);

@@ -71,8 +71,9 @@ pub const BREAKER_FLEET: Family = gauge(
 pub const MODE: Family = Family {
     name: "gpu_health_mode",
     kind: Kind::Info,
-    help: "How the health loop runs: mode enforce, condition_only or dry_run; api connected, unreachable or \
-           report_only (no API server configured). Always 1.",
+    help: "How the health loop runs: mode enforce, condition_only or dry_run; api connected, unreachable, \
+           report_only (no API server configured) or off (--kubernetes.api=off: report-only, the API is never \
+           contacted). Always 1.",
     unit: None,
 };
 
@@ -299,6 +300,7 @@ mod tests {
                 code: "Xid79".into(),
                 detail: "d".into(),
                 needs: Needs::Reset,
+                first_seen: None,
             }],
             gpus: vec![GpuHealth {
                 index: 0,

@@ -15,8 +15,20 @@
 //!   because the plan is computed from the Node as it is.
 //! - Before the first check the loop reads its claim back from the Node, so a
 //!   restart neither lifts nor re-applies anything.
-//! - Without a Kubernetes API (no kubeconfig, not in a cluster) the loop runs in
-//!   report-only mode: it logs and exports what it would do, and says so once.
+//! - `--kubernetes.api` means the same here as for the pod watch: `off` and the
+//!   process never builds a Kubernetes client, so the loop runs **report-only** (it
+//!   evaluates, logs and exports its verdict, and writes nothing anywhere); `auto`
+//!   and it uses `--kubernetes.kubeconfig`, else the in-cluster service account,
+//!   `KUBECONFIG` or `~/.kube/config`. Without any of those the loop is report-only
+//!   too. `gpu_health_mode_info{api}` says which (`off`, `report_only`).
+//! - A reconcile that fails says why: the node (or the breaker's ConfigMap) changed
+//!   under every attempt (409s), the API server refused the request (403, 422, ...),
+//!   or it could not be reached (no answer, 429, 5xx): only the last is "Kubernetes
+//!   API unavailable".
+//! - API load: a settled node reads only its own Node per check; a node the breaker
+//!   holds back also reads the breaker's ConfigMap, and lists the GPU nodes only
+//!   when its last listing is older than ten checks or a place looks free (see
+//!   [`breaker`]).
 
 pub mod actions;
 pub mod breaker;
@@ -30,6 +42,7 @@ pub mod signals;
 pub mod time;
 pub mod xid;
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -56,11 +69,63 @@ pub enum HealthError {
     Action(#[from] ActionError),
     #[error(transparent)]
     Breaker(#[from] BreakerError),
-    #[error("node {0} kept changing under {1} attempts to update it")]
+    #[error("node {0} changed under us {1} times (409 Conflict on each update); giving up this check")]
     Contended(String, u32),
 }
 
 pub type Result<T, E = HealthError> = std::result::Result<T, E>;
+
+/// What kind of failure ended a reconcile, for the log and `gpu_health_mode_info{api}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The object changed under every attempt (409s): the API server is fine, others
+    /// are writing the same object.
+    Contended,
+    /// The API server answered that the request will not succeed (403, 404, 422, ...).
+    Refused,
+    /// No answer, 429 or 5xx, after the request's retries.
+    Unreachable,
+}
+
+impl HealthError {
+    pub fn cause(&self) -> Cause {
+        let of = |e: &kube::Error| match retry::classify(e) {
+            retry::Failure::Conflict => Cause::Contended,
+            retry::Failure::Transient => Cause::Unreachable,
+            retry::Failure::Permanent => Cause::Refused,
+        };
+        match self {
+            Self::Contended(..) | Self::Breaker(BreakerError::Contended(..)) => Cause::Contended,
+            Self::Action(a) => of(a.source_error()),
+            Self::Breaker(BreakerError::Api { source, .. }) => of(source),
+        }
+    }
+}
+
+/// How the loop finds the Kubernetes API: `--kubernetes.api` and
+/// `--kubernetes.kubeconfig`, read the same way as for the pod watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeAccess {
+    /// `--kubernetes.api=off`: no client is built and nothing is sent; report-only.
+    Off,
+    /// `--kubernetes.api=auto`: `kubeconfig` if given, else the in-cluster service
+    /// account, `KUBECONFIG` or `~/.kube/config`; report-only without any.
+    Auto { kubeconfig: Option<PathBuf> },
+}
+
+/// The client configuration `kubeconfig` names, or the environment's.
+async fn find_config(kubeconfig: Option<&Path>) -> std::result::Result<kube::Config, String> {
+    match kubeconfig {
+        Some(path) => {
+            let bad = |e: String| format!("{}: cannot read the kubeconfig: {e}", path.display());
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| bad(e.to_string()))
+        }
+        None => kube::Config::infer().await.map_err(|e| e.to_string()),
+    }
+}
 
 /// A running health loop.
 #[derive(Debug)]
@@ -89,10 +154,27 @@ struct Kube {
     breaker: Breaker,
 }
 
-/// Finds the Kubernetes API (kubeconfig, else in-cluster) and starts the loop on the
-/// current runtime; without one the loop runs in report-only mode.
-pub async fn start(settings: HealthSettings, node: String, snapshots: watch::Receiver<Arc<Snapshot>>) -> HealthHandle {
-    let config = match kube::Config::infer().await {
+/// Finds the Kubernetes API as `access` says and starts the loop on the current
+/// runtime; with `--kubernetes.api=off` or without an API configured the loop runs in
+/// report-only mode.
+pub async fn start(
+    settings: HealthSettings,
+    node: String,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    access: KubeAccess,
+) -> HealthHandle {
+    let kubeconfig = match access {
+        KubeAccess::Off => {
+            tracing::info!(
+                node,
+                "--kubernetes.api=off: the health loop runs in report-only mode; it evaluates, logs and exports its \
+                 verdict and never contacts the API server"
+            );
+            return launch(settings, node, snapshots, None, "off");
+        }
+        KubeAccess::Auto { kubeconfig } => kubeconfig,
+    };
+    let config = match find_config(kubeconfig.as_deref()).await {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!(
@@ -115,14 +197,33 @@ pub async fn start_with_config(
     config: Option<kube::Config>,
 ) -> HealthHandle {
     let metrics = Arc::new(HealthMetrics::default());
+    let kube = config.and_then(|config| connect(config, &settings, &node, metrics.clone()));
+    let api = if kube.is_some() { "connected" } else { "report_only" };
+    launch_with(settings, node, snapshots, kube, api, metrics)
+}
+
+fn launch(
+    settings: HealthSettings,
+    node: String,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    kube: Option<Kube>,
+    api: &'static str,
+) -> HealthHandle {
+    launch_with(settings, node, snapshots, kube, api, Arc::new(HealthMetrics::default()))
+}
+
+fn launch_with(
+    settings: HealthSettings,
+    node: String,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    kube: Option<Kube>,
+    api: &'static str,
+    metrics: Arc<HealthMetrics>,
+) -> HealthHandle {
     let mode = mode_of(&settings);
-    let kube = match config {
-        Some(config) => connect(config, &settings, &node, metrics.clone()),
-        None => None,
-    };
     metrics.update(|v| {
         v.mode = mode.as_str();
-        v.api = if kube.is_some() { "connected" } else { "report_only" };
+        v.api = api;
     });
     let health = HealthLoop {
         policy: PolicyState::new(settings.policy, settings.xids.clone()),
@@ -190,8 +291,16 @@ fn connect(
         backoff,
         on_retry.clone(),
     );
-    let breaker =
-        Breaker::new(client, &namespace, settings.breaker.clone(), settings.names.clone(), node, backoff, on_retry);
+    let breaker = Breaker::new(
+        client,
+        &namespace,
+        settings.breaker.clone(),
+        settings.names.clone(),
+        node,
+        backoff,
+        on_retry,
+        settings.check_interval.saturating_mul(breaker::FLEET_TTL_CHECKS),
+    );
     Some(Kube { node: node_api, breaker })
 }
 
@@ -358,14 +467,24 @@ impl HealthLoop {
                     .delay(self.failures)
                     .min(self.settings.check_interval);
                 self.retry_at = Some(Instant::now() + delay);
-                tracing::warn!(
-                    node = %self.node,
-                    error = %e,
-                    retry_in_ms = delay.as_millis() as u64,
-                    "cannot update the node; will try again"
-                );
-                self.report_intent(&verdict, "Kubernetes API unavailable");
-                self.metrics.update(|v| v.api = "unreachable");
+                let retry_in_ms = delay.as_millis() as u64;
+                let node = self.node.clone();
+                let (why, api) = match e.cause() {
+                    Cause::Contended => {
+                        tracing::warn!(node, retry_in_ms, "{e}; will try again");
+                        (e.to_string(), "connected")
+                    }
+                    Cause::Refused => {
+                        tracing::warn!(node, error = %e, retry_in_ms, "the Kubernetes API refused an update; will try again");
+                        (format!("Kubernetes API refused the update ({e})"), "connected")
+                    }
+                    Cause::Unreachable => {
+                        tracing::warn!(node, error = %e, retry_in_ms, "cannot update the node; will try again");
+                        ("Kubernetes API unavailable".to_string(), "unreachable")
+                    }
+                };
+                self.report_intent(&verdict, &why);
+                self.metrics.update(|v| v.api = api);
             }
         }
     }
@@ -376,7 +495,7 @@ impl HealthLoop {
             Health::Unknown => return,
             Health::Healthy => "keep or make the node schedulable, condition GPUHealthy=True".to_string(),
             Health::Unhealthy => {
-                let primary = verdict.reasons.first().map_or("Unknown", |r| r.code.as_str());
+                let primary = verdict.primary_code();
                 let scheduling = match self.mode {
                     Mode::Enforce => format!("cordon, taint {}={primary}:NoSchedule, ", self.settings.names.taint_key),
                     Mode::ConditionOnly => String::new(),
@@ -421,8 +540,9 @@ impl HealthLoop {
         let Some(kube) = self.kube.clone() else { return Ok(()) };
         let names = self.settings.names.clone();
         let names = &names;
-        for _ in 0..ATTEMPTS {
-            let node = kube.node.get().await?;
+        for attempt in 0..ATTEMPTS {
+            // From the API server's cache first; after a conflict, the latest version.
+            let node = kube.node.get(attempt > 0).await?;
             let view = NodeView::from_node(&node, names);
             let now = SystemTime::now();
             if !self.restored {

@@ -267,6 +267,7 @@ mod tests {
             code: "Xid79".into(),
             detail: "d".into(),
             needs: Needs::Reset,
+            first_seen: None,
         };
         let claim = Claim {
             state: "quarantined".into(),

@@ -16,6 +16,11 @@
 //!   breaker first; lifting never does.
 //! - A write is planned only when something differs, so a restart, a repeated check
 //!   or a retried reconcile sends nothing new.
+//! - One primary reason ([`policy::primary`]: most severe, then first seen) is the
+//!   taint's value, the condition's reason and the `primary reason` every Event about
+//!   the unhealthy node names. When it moves (a more severe reason joins, or the
+//!   primary one clears), the taint the loop owns, the condition and a
+//!   `GPUReasonChanged` Event move with it in the same reconcile.
 
 use std::time::SystemTime;
 
@@ -23,7 +28,7 @@ use serde_json::{Map, Value, json};
 
 use super::config::Names;
 use super::node_state::{Applied, Claim, Found, NodeView, Overridden};
-use super::policy::{Health, Verdict};
+use super::policy::{self, Health, Verdict};
 
 /// How far the loop may go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,9 +141,14 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
 
     match verdict.health {
         Health::Unhealthy => {
-            let primary = verdict.reasons.first().map_or_else(|| "Unknown".to_string(), |r| r.code.clone());
+            let primary = verdict.primary_code().to_string();
+            let previous = old.as_ref().and_then(|o| policy::primary(&o.reasons)).map(|r| r.code.clone());
             let since = verdict.since.unwrap_or(now);
             let reasons_text = describe(verdict);
+            let named = format!("primary reason {primary}");
+            // Whether an Event of this plan already names the primary reason.
+            let mut told = false;
+            let mut moved_taint = None;
             let mut c = claim.take().unwrap_or_else(|| Claim {
                 state: String::new(),
                 since,
@@ -174,11 +184,12 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
                             kind: EventType::Normal,
                             reason: "GPUQuarantineDryRun",
                             message: format!(
-                                "dry run, nothing changed: would {}; {reasons_text}",
+                                "dry run, nothing changed: would {}; {named}; {reasons_text}",
                                 c.intended.join(", ")
                             ),
                         });
                     }
+                    told = true;
                 }
                 Mode::ConditionOnly => {
                     c.state = "unhealthy".into();
@@ -186,8 +197,9 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
                         out.events.push(EventSpec {
                             kind: EventType::Warning,
                             reason: "GPUUnhealthy",
-                            message: format!("auto-cordon is off, scheduling left alone; {reasons_text}"),
+                            message: format!("auto-cordon is off, scheduling left alone; {named}; {reasons_text}"),
                         });
+                        told = true;
                     }
                 }
                 Mode::Enforce => {
@@ -209,9 +221,10 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
                                         reason: "GPUQuarantineBlocked",
                                         message: format!(
                                             "circuit breaker open: {quarantined} of {fleet} GPU nodes are quarantined \
-                                             (limit {limit}); not cordoning; {reasons_text}"
+                                             (limit {limit}); not cordoning; {named}; {reasons_text}"
                                         ),
                                     });
+                                    told = true;
                                 }
                                 c.blocked = true;
                             }
@@ -236,6 +249,25 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
                         c.applied.taint = Some(primary.clone());
                         out.actions.push("taint");
                         done.push(format!("tainted {}={primary}:NoSchedule", names.taint_key));
+                    } else if let Some(value) = c.applied.taint.clone().filter(|v| *v != primary)
+                        && has_taint
+                    {
+                        // The loop's own taint follows the primary reason.
+                        let list = node
+                            .taints
+                            .iter()
+                            .map(|t| {
+                                let mut t = t.clone();
+                                if t.get("key").and_then(Value::as_str) == Some(names.taint_key.as_str()) {
+                                    t["value"] = Value::String(primary.clone());
+                                }
+                                t
+                            })
+                            .collect();
+                        taints = Some(list);
+                        c.applied.taint = Some(primary.clone());
+                        out.actions.push("taint");
+                        moved_taint = Some(value);
                     }
                     if c.found.unschedulable && cordon {
                         c.found.unschedulable = false;
@@ -250,10 +282,24 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
                         out.events.push(EventSpec {
                             kind: EventType::Warning,
                             reason: "GPUQuarantined",
-                            message: format!("{}{already}; {reasons_text}", done.join(" and ")),
+                            message: format!("{}{already}; {named}; {reasons_text}", done.join(" and ")),
                         });
+                        told = true;
                     }
                 }
+            }
+            let moved = previous.as_ref().is_some_and(|p| *p != primary) || moved_taint.is_some();
+            if mode != Mode::DryRun && moved && !told {
+                let was = previous.or(moved_taint.clone()).unwrap_or_default();
+                let taint = match &moved_taint {
+                    Some(_) => format!("; taint {}={primary}:NoSchedule", names.taint_key),
+                    None => String::new(),
+                };
+                out.events.push(EventSpec {
+                    kind: EventType::Warning,
+                    reason: "GPUReasonChanged",
+                    message: format!("{named} (was {was}){taint}; {reasons_text}"),
+                });
             }
             claim = Some(c);
             if mode != Mode::DryRun {
@@ -440,6 +486,7 @@ mod tests {
                 code: "Xid79".into(),
                 detail: "XID 79: GPU has fallen off the bus".into(),
                 needs: Needs::Reset,
+                first_seen: None,
             }],
             latches: vec![],
             pending: vec![],
@@ -668,6 +715,96 @@ mod tests {
         assert!(!plan(&n, &well(), Mode::Enforce, &Permit::NotAsked, &names(), now()).writes_anything());
         let unknown = Verdict { health: Health::Unknown, ..well() };
         assert!(!plan(&node(), &unknown, Mode::Enforce, &Permit::NotAsked, &names(), now()).writes_anything());
+    }
+
+    fn reason(code: &str, needs: Needs, seen: u64) -> Reason {
+        Reason {
+            gpu: Some(0),
+            uuid: "GPU-a".into(),
+            code: code.into(),
+            detail: format!("{code} seen"),
+            needs,
+            first_seen: Some(now() + Duration::from_secs(seen)),
+        }
+    }
+
+    fn unhealthy(reasons: Vec<Reason>) -> Verdict {
+        let mut reasons = reasons;
+        reasons.sort_by(crate::health::policy::primary_order);
+        Verdict { reasons, ..sick() }
+    }
+
+    fn our_taint(n: &NodeView) -> Option<String> {
+        n.taint("gpu-telemetry.io/gpu-unhealthy").and_then(|t| t["value"].as_str()).map(String::from)
+    }
+
+    /// The primary reason each Event of `p` names.
+    fn named(p: &Plan) -> Vec<String> {
+        p.events
+            .iter()
+            .filter_map(|e| e.message.split("primary reason ").nth(1))
+            .map(|rest| rest.split([';', ' ']).next().unwrap_or("").to_string())
+            .collect()
+    }
+
+    #[test]
+    fn taint_condition_and_events_name_one_primary_reason_and_move_together() {
+        let lost = reason("GpuLost", Needs::Nothing, 0);
+        let ecc = reason("EccUncorrected", Needs::Nothing, 5);
+        let xid = reason("Xid79", Needs::Reset, 9);
+        let p = plan(&node(), &unhealthy(vec![lost.clone()]), Mode::Enforce, &Permit::Granted, &names(), now());
+        assert_eq!(named(&p), vec!["GpuLost"]);
+        let q = apply(&node(), &p);
+        assert_eq!(our_taint(&q).as_deref(), Some("GpuLost"));
+        assert_eq!(q.condition.as_ref().unwrap().reason, "GpuLost");
+
+        // A fatal reason of the same rank joins later: nothing moves (its code sorts first).
+        let v = unhealthy(vec![lost.clone(), ecc.clone()]);
+        assert_eq!(v.primary_code(), "GpuLost");
+        let p = plan(&q, &v, Mode::Enforce, &Permit::NotAsked, &names(), now());
+        assert!(p.node_patch.as_ref().unwrap().get("spec").is_none(), "taint untouched: {p:?}");
+        assert!(p.events.is_empty(), "{:?}", p.events);
+        let q = apply(&q, &p);
+        assert_eq!(q.condition.as_ref().unwrap().reason, "GpuLost");
+
+        // A reason that needs a reset joins: taint, condition and an Event move together.
+        let v = unhealthy(vec![lost.clone(), ecc.clone(), xid.clone()]);
+        let p = plan(&q, &v, Mode::Enforce, &Permit::NotAsked, &names(), now());
+        assert!(!p.needs_permit, "a quarantine in place is not a new one");
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(p.events[0].reason, "GPUReasonChanged");
+        assert!(p.events[0].message.contains("(was GpuLost)"), "{}", p.events[0].message);
+        assert_eq!(named(&p), vec!["Xid79"]);
+        assert_eq!(p.actions, vec!["taint", "condition"]);
+        let r = apply(&q, &p);
+        assert_eq!(our_taint(&r).as_deref(), Some("Xid79"));
+        assert!(r.taint("other").is_some(), "other taints kept");
+        assert_eq!(r.condition.as_ref().unwrap().reason, "Xid79");
+        assert_eq!(claim(&r).applied.taint.as_deref(), Some("Xid79"));
+        assert!(!plan(&r, &v, Mode::Enforce, &Permit::NotAsked, &names(), now()).writes_anything());
+
+        // The primary reason clears: the next one takes over, all three again.
+        let v = unhealthy(vec![ecc.clone(), lost.clone()]);
+        let p = plan(&r, &v, Mode::Enforce, &Permit::NotAsked, &names(), now());
+        assert_eq!(named(&p), vec!["GpuLost"]);
+        let r = apply(&r, &p);
+        assert_eq!(our_taint(&r).as_deref(), Some("GpuLost"));
+        assert_eq!(r.condition.as_ref().unwrap().reason, "GpuLost");
+    }
+
+    #[test]
+    fn a_blocked_node_moves_its_condition_and_tells_but_taints_nothing() {
+        let denied = Permit::Denied { quarantined: 2, limit: 2, fleet: 20 };
+        let lost = reason("GpuLost", Needs::Nothing, 0);
+        let xid = reason("Xid79", Needs::Reset, 9);
+        let p = plan(&node(), &unhealthy(vec![lost.clone()]), Mode::Enforce, &denied, &names(), now());
+        assert_eq!(named(&p), vec!["GpuLost"]);
+        let q = apply(&node(), &p);
+        let p = plan(&q, &unhealthy(vec![lost, xid]), Mode::Enforce, &denied, &names(), now());
+        assert!(p.node_patch.as_ref().unwrap().get("spec").is_none());
+        assert_eq!(p.events.iter().map(|e| e.reason).collect::<Vec<_>>(), vec!["GPUReasonChanged"]);
+        assert_eq!(named(&p), vec!["Xid79"]);
+        assert_eq!(apply(&q, &p).condition.unwrap().reason, "Xid79");
     }
 
     #[test]

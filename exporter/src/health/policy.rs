@@ -79,6 +79,11 @@ pub struct Reason {
     pub detail: String,
     #[serde(default, skip_serializing_if = "is_nothing")]
     pub needs: Needs,
+    /// When the policy first confirmed it in this episode, to the second (as it is
+    /// kept on the node); it decides between reasons of equal severity (see [`primary`]). `None` in claims written before it was
+    /// recorded: taken as older than any recorded one.
+    #[serde(default, rename = "firstSeen", skip_serializing_if = "Option::is_none", with = "super::time::rfc3339_opt")]
+    pub first_seen: Option<SystemTime>,
 }
 
 fn is_nothing(n: &Needs) -> bool {
@@ -99,6 +104,58 @@ impl Reason {
             None => format!("node: {}: {}{needs}", self.code, self.detail),
         }
     }
+}
+
+/// How much a reason says about the node, for choosing the primary reason: what it
+/// takes to clear it first (a node reboot, a GPU reset, nothing), then whether it is
+/// fatal or a noisy reading that was debounced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Rank {
+    /// A noisy signal (temperature, corrected ECC, slowdown, a hung call), or a code
+    /// this version does not know.
+    Noisy,
+    /// A fatal signal that clears when it is gone (lost GPU, uncorrectable ECC, an
+    /// XID of class quarantine, ...).
+    Fatal,
+    /// Held until the GPU is reset (an XID of class reset).
+    NeedsReset,
+    /// Held until the node reboots (an XID of class reboot).
+    NeedsReboot,
+}
+
+impl Rank {
+    pub fn of(reason: &Reason) -> Rank {
+        match reason.needs {
+            Needs::Reboot => Rank::NeedsReboot,
+            Needs::Reset => Rank::NeedsReset,
+            Needs::Nothing => match SignalKind::from_code(&reason.code).map(SignalKind::severity) {
+                Some(Severity::Fatal) => Rank::Fatal,
+                Some(Severity::Noisy) | None => Rank::Noisy,
+            },
+        }
+    }
+}
+
+/// The order reasons are listed in: the primary reason first.
+///
+/// Most severe first ([`Rank`]); among equals, the one seen first; then by GPU and
+/// code, so that the order never depends on the order of discovery within a check.
+/// Hence the primary reason is stable: a reason that joins later with the same or a
+/// lower rank never displaces it, and it moves only when a more severe reason joins or
+/// it clears itself. The taint value, the condition reason and the Events all name
+/// this one reason.
+pub fn primary_order(a: &Reason, b: &Reason) -> std::cmp::Ordering {
+    Rank::of(b)
+        .cmp(&Rank::of(a))
+        .then_with(|| a.first_seen.cmp(&b.first_seen))
+        .then_with(|| a.gpu.cmp(&b.gpu))
+        .then_with(|| a.code.cmp(&b.code))
+        .then_with(|| a.detail.cmp(&b.detail))
+}
+
+/// The primary reason among `reasons`: the first by [`primary_order`].
+pub fn primary(reasons: &[Reason]) -> Option<&Reason> {
+    reasons.iter().min_by(|a, b| primary_order(a, b))
 }
 
 /// A condition that holds the node unhealthy until evidence of a reset or reboot.
@@ -144,7 +201,7 @@ pub struct Verdict {
     pub health: Health,
     /// When the node became unhealthy.
     pub since: Option<SystemTime>,
-    /// Why it is unhealthy, sorted; the first is the primary reason.
+    /// Why it is unhealthy, in [`primary_order`]: the first is the primary reason.
     pub reasons: Vec<Reason>,
     /// Latched reasons, to be persisted on the node.
     pub latches: Vec<Latch>,
@@ -154,6 +211,18 @@ pub struct Verdict {
     pub notes: Vec<String>,
     /// Health or reasons differ from the previous verdict.
     pub changed: bool,
+}
+
+impl Verdict {
+    /// The reason the taint, the condition and the Events name (see [`primary_order`]).
+    pub fn primary(&self) -> Option<&Reason> {
+        primary(&self.reasons)
+    }
+
+    /// The primary reason's code, `Unknown` when there is none.
+    pub fn primary_code(&self) -> &str {
+        self.primary().map_or("Unknown", |r| r.code.as_str())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,7 +293,11 @@ impl PolicyState {
         }
         self.phase = match std::mem::replace(&mut self.phase, Phase::Unknown) {
             Phase::Unhealthy { since, reasons } => Phase::Unhealthy { since: since.min(restored.since), reasons },
-            Phase::Unknown | Phase::Healthy => Phase::Unhealthy { since: restored.since, reasons: restored.reasons },
+            Phase::Unknown | Phase::Healthy => {
+                let mut reasons = restored.reasons;
+                reasons.sort_by(primary_order);
+                Phase::Unhealthy { since: restored.since, reasons }
+            }
         };
         self.healthy_streak = 0;
         notes
@@ -262,6 +335,7 @@ impl PolicyState {
                     code: s.kind.code(),
                     detail: s.detail.clone(),
                     needs: Needs::Nothing,
+                    first_seen: Some(super::time::whole_seconds(at)),
                 };
                 present.push((Some(gpu.index), s.kind, reason));
             }
@@ -273,6 +347,7 @@ impl PolicyState {
                 code: SignalKind::NvmlHung.code(),
                 detail: failed.clone(),
                 needs: Needs::Nothing,
+                first_seen: Some(super::time::whole_seconds(at)),
             };
             present.push((None, SignalKind::NvmlHung, reason));
         }
@@ -299,11 +374,13 @@ impl PolicyState {
         confirmed.sort();
         confirmed.dedup();
         pending.sort();
+        pending.dedup();
 
         let bad = !confirmed.is_empty();
         self.phase = match std::mem::replace(&mut self.phase, Phase::Unknown) {
             Phase::Unknown | Phase::Healthy if bad => {
                 self.healthy_streak = 0;
+                confirmed.sort_by(primary_order);
                 Phase::Unhealthy { since: at, reasons: confirmed }
             }
             Phase::Unknown | Phase::Healthy => Phase::Healthy,
@@ -405,6 +482,7 @@ impl PolicyState {
                     code: SignalKind::Xid(*code).code(),
                     detail: format!("XID {code}: {meaning}"),
                     needs,
+                    first_seen: Some(super::time::whole_seconds(at)),
                 };
                 if needs == Needs::Nothing {
                     confirmed.push(reason);
@@ -425,12 +503,16 @@ impl PolicyState {
     }
 }
 
-/// A reason already known keeps the detail it was first seen with, so that a
-/// moving reading (a temperature, a counter) does not rewrite the node every check.
+/// A reason already known keeps the detail and the time it was first seen with, so
+/// that a moving reading (a temperature, a counter) does not rewrite the node every
+/// check and the primary reason does not move; the result is in [`primary_order`].
 fn keep_first_details(known: &[Reason], now: Vec<Reason>) -> Vec<Reason> {
-    now.into_iter()
+    let mut out: Vec<Reason> = now
+        .into_iter()
         .map(|r| known.iter().find(|k| k.gpu == r.gpu && k.code == r.code && k.needs == r.needs).cloned().unwrap_or(r))
-        .collect()
+        .collect();
+    out.sort_by(primary_order);
+    out
 }
 
 #[cfg(test)]
@@ -642,6 +724,7 @@ mod tests {
                 code: "Xid79".into(),
                 detail: "XID 79".into(),
                 needs: Needs::Reset,
+                first_seen: None,
             },
             since: at(0),
             ecc_baseline: Some(0),
@@ -673,6 +756,68 @@ mod tests {
         }
         let mut fresh = policy();
         assert_eq!(fresh.step(&blind, CheckKind::Scheduled, at(0)).health, Health::Unknown);
+    }
+
+    fn reason(code: &str, needs: Needs, seen: Option<u64>) -> Reason {
+        Reason {
+            gpu: Some(0),
+            uuid: "GPU-a".into(),
+            code: code.into(),
+            detail: "d".into(),
+            needs,
+            first_seen: seen.map(at),
+        }
+    }
+
+    #[test]
+    fn the_primary_reason_is_the_most_severe_then_the_first_seen() {
+        let codes = |rs: &[Reason]| primary(rs).map(|r| r.code.clone());
+        // Needs a reset beats a fatal signal, whichever came first.
+        let xid = reason("Xid79", Needs::Reset, Some(10));
+        let lost = reason("GpuLost", Needs::Nothing, Some(0));
+        assert_eq!(codes(&[lost.clone(), xid.clone()]).as_deref(), Some("Xid79"));
+        assert_eq!(codes(&[xid.clone(), lost.clone()]).as_deref(), Some("Xid79"));
+        // A reboot beats a reset.
+        let reboot = reason("Xid62", Needs::Reboot, Some(20));
+        assert_eq!(codes(&[xid.clone(), reboot.clone()]).as_deref(), Some("Xid62"));
+        // Equal rank: the first seen, not the first in the alphabet.
+        let ecc = reason("EccUncorrected", Needs::Nothing, Some(5));
+        assert_eq!(codes(&[ecc.clone(), lost.clone()]).as_deref(), Some("GpuLost"));
+        let early_ecc = reason("EccUncorrected", Needs::Nothing, Some(0));
+        let late_lost = reason("GpuLost", Needs::Nothing, Some(5));
+        assert_eq!(codes(&[late_lost, early_ecc]).as_deref(), Some("EccUncorrected"));
+        // Fatal beats noisy, even a noisy reason seen long before.
+        let hot = reason("Temperature", Needs::Nothing, Some(0));
+        assert_eq!(codes(&[hot.clone(), ecc.clone()]).as_deref(), Some("EccUncorrected"));
+        // An unknown code ranks as noisy; a reason from an older claim (no time) is the oldest.
+        assert_eq!(Rank::of(&reason("SomethingNew", Needs::Nothing, None)), Rank::Noisy);
+        let old = reason("RowRemapFailed", Needs::Nothing, None);
+        assert_eq!(codes(&[ecc, old]).as_deref(), Some("RowRemapFailed"));
+        assert_eq!(codes(&[]), None);
+    }
+
+    #[test]
+    fn a_reason_that_joins_moves_the_primary_only_if_more_severe() {
+        // GPU lost, then uncorrectable ECC (same rank, sorts first by name): stays GpuLost.
+        let mut p = policy();
+        p.step(&obs(vec![gpu(&[SignalKind::GpuLost])]), CheckKind::Event, at(0));
+        let v =
+            p.step(&obs(vec![gpu(&[SignalKind::GpuLost, SignalKind::EccUncorrected])]), CheckKind::Scheduled, at(60));
+        assert_eq!(v.reasons.len(), 2);
+        assert_eq!(v.primary_code(), "GpuLost");
+        assert_eq!(v.reasons[0].code, "GpuLost", "the list starts with the primary reason");
+        // XID 79, then the GPU is lost: Xid79 (needs a reset) stays.
+        let mut p = policy();
+        p.step(&obs(vec![with_xid(gpu(&[]), 79, 1)]), CheckKind::Event, at(0));
+        let v = p.step(&obs(vec![with_xid(gpu(&[SignalKind::GpuLost]), 79, 1)]), CheckKind::Event, at(1));
+        assert_eq!(v.primary_code(), "Xid79");
+        // The reverse: lost first, then XID 79 (more severe) takes over.
+        let mut p = policy();
+        p.step(&obs(vec![gpu(&[SignalKind::GpuLost])]), CheckKind::Event, at(0) + Duration::from_millis(250));
+        let v = p.step(&obs(vec![with_xid(gpu(&[SignalKind::GpuLost]), 79, 1)]), CheckKind::Event, at(1));
+        assert_eq!(v.primary_code(), "Xid79");
+        // Kept, and to the second: as the claim on the node writes it and reads it back.
+        assert_eq!(v.reasons.iter().find(|r| r.code == "GpuLost").unwrap().first_seen, Some(at(0)));
     }
 
     #[test]

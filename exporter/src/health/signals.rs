@@ -90,6 +90,31 @@ impl SignalKind {
         }
     }
 
+    /// The signal a [`code`](Self::code) names; `None` for a code this version does
+    /// not know (a claim written by another version).
+    pub fn from_code(code: &str) -> Option<SignalKind> {
+        if let Some(n) = code.strip_prefix("Xid") {
+            return n.parse().ok().map(Self::Xid);
+        }
+        const ALL: [SignalKind; 14] = [
+            SignalKind::GpuLost,
+            SignalKind::EccUncorrected,
+            SignalKind::RowRemapFailed,
+            SignalKind::RowRemapPending,
+            SignalKind::RetiredPagesPending,
+            SignalKind::RetiredPagesLimit,
+            SignalKind::RecoveryReset,
+            SignalKind::RecoveryReboot,
+            SignalKind::EccCorrected,
+            SignalKind::Temperature,
+            SignalKind::ThermalSlowdown,
+            SignalKind::PowerBrakeSlowdown,
+            SignalKind::NvmlHung,
+            SignalKind::GpuUnreadable,
+        ];
+        ALL.into_iter().find(|k| k.static_code() == code)
+    }
+
     fn static_code(self) -> &'static str {
         match self {
             Self::GpuLost => "GpuLost",
@@ -344,6 +369,15 @@ mod tests {
 
     fn kinds(readings: GpuReadings, limits: &Thresholds) -> Vec<SignalKind> {
         observe(&snapshot(ok_gpu(readings)), limits).gpus[0].signals.iter().map(|s| s.kind).collect()
+    }
+
+    #[test]
+    fn codes_name_their_signal_back() {
+        for kind in [SignalKind::GpuLost, SignalKind::Xid(79), SignalKind::RecoveryReboot, SignalKind::GpuUnreadable] {
+            assert_eq!(SignalKind::from_code(&kind.code()), Some(kind));
+        }
+        assert_eq!(SignalKind::from_code("Xid"), None);
+        assert_eq!(SignalKind::from_code("Nope"), None);
     }
 
     #[test]

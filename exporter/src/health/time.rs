@@ -15,6 +15,15 @@ pub fn format(t: SystemTime) -> String {
     }
 }
 
+/// `t` without its fraction of a second, as [`format`] writes it: a time kept in
+/// memory then equals the same time read back from the node.
+pub fn whole_seconds(t: SystemTime) -> SystemTime {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(d.as_secs()),
+        Err(_) => t,
+    }
+}
+
 /// Parses an RFC 3339 time; `None` when it is not one.
 pub fn parse(text: &str) -> Option<SystemTime> {
     text.parse::<Timestamp>().ok().map(SystemTime::from)
@@ -36,6 +45,29 @@ pub mod rfc3339 {
     }
 }
 
+/// Serde adapter for `Option<SystemTime>` fields written as RFC 3339 strings.
+pub mod rfc3339_opt {
+    use std::time::SystemTime;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_str(&super::format(*t)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            None => Ok(None),
+            Some(text) => super::parse(&text)
+                .map(Some)
+                .ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not an RFC 3339 time"))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,5 +79,6 @@ mod tests {
         assert_eq!(format(t), "2024-05-01T12:00:00Z");
         assert_eq!(parse("2024-05-01T12:00:00Z"), Some(UNIX_EPOCH + Duration::from_secs(1_714_564_800)));
         assert_eq!(parse("yesterday"), None);
+        assert_eq!(Some(whole_seconds(t)), parse(&format(t)));
     }
 }

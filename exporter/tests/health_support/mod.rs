@@ -3,7 +3,9 @@
 //! semantics the loop depends on (strategic merge of node conditions by type, a JSON
 //! merge patch replacing lists, `resourceVersion` preconditions answering 409,
 //! `AlreadyExists`, label selectors, metadata-only lists, managed fields of
-//! `spec.unschedulable`).
+//! `spec.unschedulable`). It also answers the exporter's pod watch (an empty pod list,
+//! and a watch that stays open without events) so that the exporter binary can run
+//! with `--kubernetes.api=auto` against it.
 //!
 //! Two ways to assert:
 //! - **Scripted**: [`FakeApi::expect`] queues the writes (POST, PUT, PATCH, DELETE)
@@ -17,6 +19,8 @@
 //! loop reads its node on every check.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod in_process;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -43,6 +47,10 @@ pub struct Request {
     pub content_type: String,
     pub body: Value,
     pub at: Instant,
+    /// Bytes of the answer's body.
+    pub response_bytes: u64,
+    /// Objects in the answer, for a list.
+    pub listed: usize,
 }
 
 impl Request {
@@ -155,6 +163,8 @@ struct Cluster {
     scripted: bool,
     failures: Vec<String>,
     faults: Vec<Fault>,
+    /// Turns true when the server stops: open watches end.
+    closing: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Cluster {
@@ -168,6 +178,7 @@ impl Cluster {
 pub struct FakeApi {
     cluster: Arc<Mutex<Cluster>>,
     pub address: SocketAddr,
+    close: tokio::sync::watch::Sender<bool>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -183,6 +194,8 @@ impl FakeApi {
     }
 
     fn start_with(port: u16, cluster: Arc<Mutex<Cluster>>) -> Self {
+        let (close, closing) = tokio::sync::watch::channel(false);
+        cluster.lock().unwrap().closing = Some(closing);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, address) = std::sync::mpsc::channel();
         let state = cluster.clone();
@@ -201,7 +214,7 @@ impl FakeApi {
             });
         });
         let address = address.recv_timeout(Duration::from_secs(10)).unwrap();
-        FakeApi { cluster, address, stop: Some(stop), thread: Some(thread) }
+        FakeApi { cluster, address, close, stop: Some(stop), thread: Some(thread) }
     }
 
     /// Stops serving (connections are refused from now on) and returns a handle to
@@ -212,6 +225,7 @@ impl FakeApi {
     }
 
     fn shutdown(&mut self) {
+        let _ = self.close.send(true);
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -253,6 +267,18 @@ impl FakeApi {
         let node = c.nodes.get_mut(name).unwrap();
         apply_node_patch(node, &patch, false, true, manager);
         node["metadata"]["resourceVersion"] = json!(rv);
+    }
+
+    /// Creates or replaces a ConfigMap as another client would.
+    pub fn put_config_map(&self, namespace: &str, name: &str, data: Value) {
+        let mut c = self.lock();
+        let rv = c.next_rv();
+        let map = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": rv},
+            "data": data,
+        });
+        c.config_maps.insert((namespace.to_string(), name.to_string()), map);
     }
 
     pub fn config_map(&self, namespace: &str, name: &str) -> Option<Value> {
@@ -420,6 +446,8 @@ async fn handle(
         content_type,
         body: body_value,
         at: Instant::now(),
+        response_bytes: 0,
+        listed: 0,
     };
     let mut c = cluster.lock().unwrap();
     c.log.push(request.clone());
@@ -452,7 +480,11 @@ async fn handle(
         let code = f.status;
         return status(code, reason_for(code), "injected by the test");
     }
-    serve(&mut c, &request, &accept)
+    let index = c.log.len() - 1;
+    let response = serve(&mut c, &request, &accept);
+    let bytes = axum::body::HttpBody::size_hint(response.body()).exact().unwrap_or(0);
+    c.log[index].response_bytes = bytes;
+    response
 }
 
 fn query_param(query: &str, name: &str) -> Option<String> {
@@ -489,9 +521,13 @@ fn serve(c: &mut Cluster, r: &Request, accept: &str) -> Response {
     match (r.method.as_str(), parts.as_slice()) {
         ("GET", ["api", "v1", "nodes"]) => {
             let selector = query_param(&r.query, "labelSelector").unwrap_or_default();
-            let items: Vec<&Value> =
-                c.nodes.values().filter(|n| selector_matches(&selector, &n["metadata"]["labels"])).collect();
+            let items: Vec<Value> =
+                c.nodes.values().filter(|n| selector_matches(&selector, &n["metadata"]["labels"])).cloned().collect();
             let rv = c.resource_version.to_string();
+            let listed = items.len();
+            if let Some(last) = c.log.last_mut() {
+                last.listed = listed;
+            }
             if accept.contains("as=PartialObjectMetadataList") {
                 let items: Vec<Value> = items
                     .iter()
@@ -505,6 +541,29 @@ fn serve(c: &mut Cluster, r: &Request, accept: &str) -> Response {
                     &json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {"resourceVersion": rv}, "items": items}),
                 )
             }
+        }
+        ("GET", ["api", "v1", "pods"]) => {
+            let watch = query_param(&r.query, "watch").is_some_and(|w| w == "true" || w == "1");
+            if !watch {
+                let rv = c.resource_version.to_string();
+                return ok(
+                    &json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": rv}, "items": []}),
+                );
+            }
+            // No pod ever changes: the watch stays open until its timeout or the server stops.
+            let seconds = query_param(&r.query, "timeoutSeconds").and_then(|t| t.parse().ok()).unwrap_or(290);
+            let mut closing = c.closing.clone().unwrap();
+            let end = async move {
+                tokio::select! {
+                    _ = closing.wait_for(|c| *c) => {}
+                    () = tokio::time::sleep(Duration::from_secs(seconds)) => {}
+                }
+                Ok::<_, std::convert::Infallible>(Bytes::new())
+            };
+            Response::builder()
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(axum::body::Body::from_stream(futures::stream::once(end)))
+                .unwrap()
         }
         ("GET", ["api", "v1", "nodes", name]) => match c.nodes.get(*name) {
             Some(n) => ok(n),
