@@ -9,6 +9,7 @@
 //! Layers, one-directional: [`scenario`] (file format and checks) -> [`node`] (values
 //! and fault state at time t) -> `ffi` (the exported C functions).
 
+pub mod calls;
 pub mod clock;
 mod ffi;
 pub mod models;

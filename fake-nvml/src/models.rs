@@ -8,6 +8,8 @@
 //! row remapping from Ampere on. Thresholds are typical board values, close enough for
 //! the exporter's and the health loop's logic; a scenario can override them per GPU.
 
+use std::borrow::Cow;
+
 /// Static description of a GPU model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Model {
@@ -222,11 +224,20 @@ mod tests {
 }
 
 /// A MIG GPU-instance profile as the driver describes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// NVML names a profile two ways, and the driver keeps them apart: the *profile index*
+/// (`NVML_GPU_INSTANCE_PROFILE_*`, what `nvmlDeviceGetGpuInstanceProfileInfoV` takes)
+/// and the *profile id* (`nvmlGpuInstanceProfileInfo_v2_t.id`, the `ID` column of
+/// `nvidia-smi mig -lgip`, what `nvmlGpuInstanceInfo_t.profileId` reports and
+/// `nvmlDeviceGetGpuInstanceRemainingCapacity` / `...ProfileInfoByIdV` take). On an
+/// 80 GB A100 or H100, index 0 (`1_SLICE`, `1g.10gb`) has id 19.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigProfile {
-    /// `nvidia-smi` name, e.g. `3g.40gb`.
-    pub name: &'static str,
+    /// `nvidia-smi` name without the `MIG ` prefix, e.g. `3g.40gb` or `1g.10gb+me`.
+    pub name: Cow<'static, str>,
     /// `NVML_GPU_INSTANCE_PROFILE_*`.
+    pub index: u32,
+    /// The driver's profile id.
     pub profile_id: u32,
     /// Compute slices (the `g` count).
     pub compute_slices: u32,
@@ -239,8 +250,10 @@ pub struct MigProfile {
     pub max_instances: u32,
 }
 
+#[allow(clippy::too_many_arguments)]
 const fn mig(
     name: &'static str,
+    index: u32,
     profile_id: u32,
     compute_slices: u32,
     memory_slices: u32,
@@ -248,35 +261,59 @@ const fn mig(
     multiprocessors: u32,
     max_instances: u32,
 ) -> MigProfile {
-    MigProfile { name, profile_id, compute_slices, memory_slices, memory_mib, multiprocessors, max_instances }
+    MigProfile {
+        name: Cow::Borrowed(name),
+        index,
+        profile_id,
+        compute_slices,
+        memory_slices,
+        memory_mib,
+        multiprocessors,
+        max_instances,
+    }
 }
 
+// Profile indices (`NVML_GPU_INSTANCE_PROFILE_*` in nvml.h).
+const P_1_SLICE: u32 = 0x0;
+const P_2_SLICE: u32 = 0x1;
+const P_3_SLICE: u32 = 0x2;
+const P_4_SLICE: u32 = 0x3;
+const P_7_SLICE: u32 = 0x4;
+/// `1_SLICE_REV1`: one slice with media extensions, the `+me` profile.
+const P_1_SLICE_REV1: u32 = 0x7;
+/// `1_SLICE_REV2`: one slice with twice the memory.
+const P_1_SLICE_REV2: u32 = 0x9;
+
 /// Profiles of the 80 GB A100 and H100 (same memory geometry, different SM counts).
+/// Ids as `nvidia-smi mig -lgip` lists them on these boards: 19, 20, 15, 14, 9, 5, 0.
 const A100_80GB_MIG: &[MigProfile] = &[
-    mig("1g.10gb", 0, 1, 1, 9728, 14, 7),
-    mig("1g.20gb", 9, 1, 2, 19968, 14, 4),
-    mig("2g.20gb", 1, 2, 2, 19968, 28, 3),
-    mig("3g.40gb", 2, 3, 4, 40192, 42, 2),
-    mig("4g.40gb", 3, 4, 4, 40192, 56, 1),
-    mig("7g.80gb", 4, 7, 8, 80384, 98, 1),
+    mig("1g.10gb", P_1_SLICE, 19, 1, 1, 9728, 14, 7),
+    mig("1g.10gb+me", P_1_SLICE_REV1, 20, 1, 1, 9728, 14, 1),
+    mig("1g.20gb", P_1_SLICE_REV2, 15, 1, 2, 19968, 14, 4),
+    mig("2g.20gb", P_2_SLICE, 14, 2, 2, 19968, 28, 3),
+    mig("3g.40gb", P_3_SLICE, 9, 3, 4, 40192, 42, 2),
+    mig("4g.40gb", P_4_SLICE, 5, 4, 4, 40192, 56, 1),
+    mig("7g.80gb", P_7_SLICE, 0, 7, 8, 80384, 98, 1),
 ];
 
 const H100_80GB_MIG: &[MigProfile] = &[
-    mig("1g.10gb", 0, 1, 1, 9984, 16, 7),
-    mig("1g.20gb", 9, 1, 2, 20096, 16, 4),
-    mig("2g.20gb", 1, 2, 2, 20096, 32, 3),
-    mig("3g.40gb", 2, 3, 4, 40320, 60, 2),
-    mig("4g.40gb", 3, 4, 4, 40320, 64, 1),
-    mig("7g.80gb", 4, 7, 8, 80768, 132, 1),
+    mig("1g.10gb", P_1_SLICE, 19, 1, 1, 9984, 16, 7),
+    mig("1g.10gb+me", P_1_SLICE_REV1, 20, 1, 1, 9984, 16, 1),
+    mig("1g.20gb", P_1_SLICE_REV2, 15, 1, 2, 20096, 16, 4),
+    mig("2g.20gb", P_2_SLICE, 14, 2, 2, 20096, 32, 3),
+    mig("3g.40gb", P_3_SLICE, 9, 3, 4, 40320, 60, 2),
+    mig("4g.40gb", P_4_SLICE, 5, 4, 4, 40320, 64, 1),
+    mig("7g.80gb", P_7_SLICE, 0, 7, 8, 80768, 132, 1),
 ];
 
 const H200_141GB_MIG: &[MigProfile] = &[
-    mig("1g.18gb", 0, 1, 1, 16384, 16, 7),
-    mig("1g.35gb", 9, 1, 2, 32768, 16, 4),
-    mig("2g.35gb", 1, 2, 2, 32768, 32, 3),
-    mig("3g.71gb", 2, 3, 4, 65536, 60, 2),
-    mig("4g.71gb", 3, 4, 4, 65536, 64, 1),
-    mig("7g.141gb", 4, 7, 8, 137216, 132, 1),
+    mig("1g.18gb", P_1_SLICE, 19, 1, 1, 16384, 16, 7),
+    mig("1g.18gb+me", P_1_SLICE_REV1, 20, 1, 1, 16384, 16, 1),
+    mig("1g.35gb", P_1_SLICE_REV2, 15, 1, 2, 32768, 16, 4),
+    mig("2g.35gb", P_2_SLICE, 14, 2, 2, 32768, 32, 3),
+    mig("3g.71gb", P_3_SLICE, 9, 3, 4, 65536, 60, 2),
+    mig("4g.71gb", P_4_SLICE, 5, 4, 4, 65536, 64, 1),
+    mig("7g.141gb", P_7_SLICE, 0, 7, 8, 137216, 132, 1),
 ];
 
 /// The MIG profiles a model offers; empty where it has no MIG.
@@ -289,6 +326,31 @@ pub fn mig_profiles(model: &Model) -> &'static [MigProfile] {
     }
 }
 
+/// Profile indices a driver of the NVML version `nvml-wrapper-sys` was generated from
+/// knows (`NVML_GPU_INSTANCE_PROFILE_COUNT`); `nvmlDeviceGetGpuInstanceProfileInfoV`
+/// answers `NVML_ERROR_INVALID_ARGUMENT` from there on, unless a scenario gives the GPU
+/// profiles of a newer driver.
+pub const PROFILE_INDEX_COUNT: u32 = nvml_wrapper_sys::bindings::NVML_GPU_INSTANCE_PROFILE_COUNT;
+
 /// Compute and memory slices of a MIG-capable GPU.
 pub const MIG_COMPUTE_SLICES: u32 = 7;
 pub const MIG_MEMORY_SLICES: u32 = 8;
+
+#[cfg(test)]
+mod mig_tests {
+    use super::*;
+
+    #[test]
+    fn profile_indices_and_ids_are_distinct_per_model() {
+        for table in [A100_80GB_MIG, H100_80GB_MIG, H200_141GB_MIG] {
+            let mut indices: Vec<u32> = table.iter().map(|p| p.index).collect();
+            let mut ids: Vec<u32> = table.iter().map(|p| p.profile_id).collect();
+            indices.sort_unstable();
+            indices.dedup();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!((indices.len(), ids.len()), (table.len(), table.len()));
+            assert!(indices.iter().all(|i| *i < PROFILE_INDEX_COUNT));
+        }
+    }
+}

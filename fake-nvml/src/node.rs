@@ -114,6 +114,19 @@ impl SimGpu {
             .reduce(f64::max)
     }
 
+    /// The NVML error code a scheduled `error` fault makes `call` answer at `t`, on the
+    /// GPU's own handle (`mig: None`) or on the handle of MIG device `mig`.
+    pub fn injected_error(&self, call: &str, mig: Option<u32>, t: f64) -> Option<u32> {
+        self.faults_until(t)
+            .filter_map(|f| match &f.kind {
+                FaultKind::Error(e) if (e.call == "*" || e.call == call) && e.mig == mig && t < f.at_s + e.for_s => {
+                    Some(e.code.code())
+                }
+                _ => None,
+            })
+            .last()
+    }
+
     pub fn utilization(&self, t: f64) -> u32 {
         percent(value(&self.spec.values.utilization, t, 0.0))
     }
@@ -367,6 +380,20 @@ mod tests {
         assert_eq!(g.hang_remaining("nvmlDeviceGetPowerUsage", 6.0), Some(2.0));
         assert_eq!(g.hang_remaining("nvmlDeviceGetName", 6.0), None);
         assert_eq!(g.hang_remaining("nvmlDeviceGetPowerUsage", 8.0), None);
+    }
+
+    #[test]
+    fn an_error_window_names_the_call_and_the_handle() {
+        let n = node(
+            "{model: H100-SXM5-80GB, mig: {layout: all-3g.40gb}, faults: [{at_s: 5, error: {call: nvmlDeviceGetEccMode, code: UNKNOWN, for_s: 2}}, {at_s: 5, error: {call: nvmlDeviceGetMemoryInfo_v2, code: TIMEOUT, for_s: 2, mig: 1}}]}",
+        );
+        let g = &n.gpus[0];
+        assert_eq!(g.injected_error("nvmlDeviceGetEccMode", None, 4.9), None);
+        assert_eq!(g.injected_error("nvmlDeviceGetEccMode", None, 5.0), Some(999));
+        assert_eq!(g.injected_error("nvmlDeviceGetEccMode", None, 7.0), None, "the window ended");
+        assert_eq!(g.injected_error("nvmlDeviceGetMemoryInfo_v2", Some(1), 6.0), Some(10));
+        assert_eq!(g.injected_error("nvmlDeviceGetMemoryInfo_v2", Some(0), 6.0), None, "another MIG device");
+        assert_eq!(g.injected_error("nvmlDeviceGetMemoryInfo_v2", None, 6.0), None, "the parent GPU");
     }
 
     #[test]

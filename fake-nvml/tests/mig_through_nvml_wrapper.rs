@@ -5,13 +5,12 @@
 
 mod common;
 
-use std::ffi::CStr;
-
-use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::gpm_metrics_get;
+use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{nvmlGpuInstance_t, nvmlGpuInstanceInfo_t, nvmlGpuInstanceProfileInfo_v2_t};
 
 const SCENARIO: &str = r#"
@@ -74,28 +73,43 @@ fn mig_processes_and_gpm_answer_like_a_driver() {
     assert_eq!((gi, ci), (2, 0));
     assert_eq!(small.attributes().unwrap().gpu_instance_slice_count, 1);
 
-    // GPU instance -> profile id -> profile name, as the exporter resolves it.
+    // GPU instance -> profile id -> profile name, as the exporter resolves it. The
+    // instance reports the driver's profile id (9 for 3g.40gb, as `nvidia-smi mig -lgip`
+    // shows it), which is not the profile index (`NVML_GPU_INSTANCE_PROFILE_3_SLICE`, 2).
     let mut instance: nvmlGpuInstance_t = std::ptr::null_mut();
     // SAFETY: plain C structs and valid handles.
     let mut info: nvmlGpuInstanceInfo_t = unsafe { std::mem::zeroed() };
-    let mut profile: nvmlGpuInstanceProfileInfo_v2_t = unsafe { std::mem::zeroed() };
-    profile.version = (std::mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>() as u32) | (2 << 24);
     unsafe {
         assert_eq!((raw.nvmlDeviceGetGpuInstanceById.as_ref().unwrap())(h100.handle(), 1, &mut instance), 0);
         assert_eq!((raw.nvmlGpuInstanceGetInfo.as_ref().unwrap())(instance, &mut info), 0);
-        assert_eq!(
-            (raw.nvmlDeviceGetGpuInstanceProfileInfoV.as_ref().unwrap())(h100.handle(), info.profileId, &mut profile),
-            0
-        );
     }
-    assert_eq!(unsafe { CStr::from_ptr(profile.name.as_ptr()) }.to_str().unwrap(), "MIG 3g.40gb");
+    assert_eq!(info.profileId, 9);
+    let by_id = profile_by(&nvml, &h100, info.profileId, true);
+    assert_eq!(by_id.as_ref().map(|p| (name(p), p.id)), Ok(("MIG 3g.40gb".to_string(), 9)));
+    let by_index = profile_by(&nvml, &h100, 2, false);
+    assert_eq!(by_index.as_ref().map(|p| (name(p), p.id, p.sliceCount)), Ok(("MIG 3g.40gb".to_string(), 9, 3)));
+    let media = profile_by(&nvml, &h100, 7, false).unwrap();
+    assert_eq!((name(&media), media.id), ("MIG 1g.10gb+me".to_string(), 20), "1_SLICE_REV1 is the +me profile");
+    assert_eq!(profile_by(&nvml, &h100, 5, false).unwrap_err(), 3, "8_SLICE: NOT_SUPPORTED on this GPU");
+    assert_eq!(profile_by(&nvml, &h100, 17, false).unwrap_err(), 2, "past the driver's profiles: INVALID_ARGUMENT");
     assert_eq!((info.placement.start, info.placement.size), (0, 3));
     let mut left = 0u32;
-    // SAFETY: valid handle and out-pointer; profile 0 is 1g.10gb.
+    // SAFETY: valid handle and out-pointer; profile id 19 is 1g.10gb.
     unsafe {
-        assert_eq!((raw.nvmlDeviceGetGpuInstanceRemainingCapacity.as_ref().unwrap())(h100.handle(), 0, &mut left), 0)
+        assert_eq!((raw.nvmlDeviceGetGpuInstanceRemainingCapacity.as_ref().unwrap())(h100.handle(), 19, &mut left), 0)
     };
     assert_eq!(left, 3, "7 compute slices, 4 used");
+
+    // What a MIG device handle answers (nvml.h): per-instance queries yes, GPU-wide ones no.
+    assert!(matches!(large.temperature(TemperatureSensor::Gpu), Err(NvmlError::NotSupported)));
+    assert!(matches!(large.is_ecc_enabled(), Err(NvmlError::NotSupported)));
+    assert!(h100.temperature(TemperatureSensor::Gpu).is_ok(), "the parent answers GPU-wide queries");
+    assert!(matches!(h100.attributes(), Err(NvmlError::NotSupported)), "attributes: MIG device handles only");
+    assert_eq!(small.index().unwrap(), 1, "a MIG device's index under its parent");
+    assert!(matches!(h100.decoder_utilization(), Err(NvmlError::NotSupported)), "none in MIG mode");
+    assert!(nvml.device_by_index(1).unwrap().decoder_utilization().is_ok(), "a whole GPU has it");
+    let on_handle = large.gpm_sample().expect("GPM samples a MIG device handle");
+    drop(on_handle);
 
     // Processes: the parent lists every instance's processes with their ids.
     let on_parent = h100.running_compute_processes().unwrap();
@@ -129,4 +143,33 @@ fn mig_processes_and_gpm_answer_like_a_driver() {
     let a100 = nvml.device_by_index(2).unwrap();
     assert!(matches!(a100.gpm_mig_sample(1), Err(NvmlError::NotSupported)), "no GPM before Hopper");
     assert_eq!(a100.mig_device_by_index(6).unwrap().name().unwrap(), "NVIDIA A100-SXM4-80GB MIG 1g.10gb");
+}
+
+fn name(info: &nvmlGpuInstanceProfileInfo_v2_t) -> String {
+    let bytes: Vec<u8> = info.name.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    String::from_utf8(bytes).unwrap()
+}
+
+/// Profile info by profile index (`by_id` false) or by the driver's profile id; the
+/// error is the raw NVML code.
+fn profile_by(
+    nvml: &Nvml,
+    device: &Device<'_>,
+    which: u32,
+    by_id: bool,
+) -> Result<nvmlGpuInstanceProfileInfo_v2_t, u32> {
+    let raw = nvml.lib();
+    // SAFETY: a plain C struct; all-zero is valid.
+    let mut info: nvmlGpuInstanceProfileInfo_v2_t = unsafe { std::mem::zeroed() };
+    info.version = (std::mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>() as u32) | (2 << 24);
+    let f = if by_id {
+        raw.nvmlDeviceGetGpuInstanceProfileInfoByIdV.as_ref().unwrap()
+    } else {
+        raw.nvmlDeviceGetGpuInstanceProfileInfoV.as_ref().unwrap()
+    };
+    // SAFETY: valid handle and out-pointer to a versioned struct.
+    match unsafe { f(device.handle(), which, &mut info) } {
+        0 => Ok(info),
+        code => Err(code),
+    }
 }

@@ -67,6 +67,8 @@ fn the_wrapper_reads_the_simulated_node() {
     assert_eq!(nvml.device_count().unwrap(), 3);
 
     let h100 = nvml.device_by_index(0).unwrap();
+    // Registered at scenario time 0: XIDs from then on are delivered.
+    let set = h100.register_events(EventTypes::CRITICAL_XID_ERROR, nvml.create_event_set().unwrap()).unwrap();
     assert_eq!(h100.name().unwrap(), "NVIDIA H100 80GB HBM3");
     assert_eq!(h100.uuid().unwrap(), "GPU-11111111-2222-3333-4444-555555555555");
     assert_eq!(h100.pci_info().unwrap().bus_id, "00000000:18:00.0");
@@ -121,11 +123,15 @@ fn the_wrapper_reads_the_simulated_node() {
     };
     assert_eq!((code, cor, unc, pending, failed), (0, 0, 1, 1, 0));
 
-    let set = nvml.create_event_set().unwrap();
-    let set = h100.register_events(EventTypes::CRITICAL_XID_ERROR, set).unwrap();
     let event = set.wait(1000).expect("the XID at 10 s is due");
     assert_eq!(event.event_data, Some(XidError::Value(79)));
     assert!(matches!(set.wait(50), Err(NvmlError::Timeout)), "each event is delivered once");
+    let late = h100.register_events(EventTypes::CRITICAL_XID_ERROR, nvml.create_event_set().unwrap()).unwrap();
+    assert!(
+        matches!(late.wait(100), Err(NvmlError::Timeout)),
+        "a set registered at 12 s is not handed the XID of 10 s, as nvmlEventSetWait would not"
+    );
+    drop(late);
 
     // The GPU falls off the bus at 20 s; the others keep answering.
     std::fs::write(&clock, "21").unwrap();

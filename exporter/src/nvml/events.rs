@@ -5,6 +5,10 @@
 //! the snapshot (and the health loop) see it within milliseconds, not at the next
 //! collection cycle. Registration uses the raw call because `nvml-wrapper`'s
 //! `register_events` frees the whole set when one GPU refuses.
+//!
+//! `nvmlEventSetWait` delivers only events that happen after registration: XIDs from
+//! before the exporter (re)started are not counted, so `gpu_xid_errors_total` counts
+//! from process start, as a counter's reset says.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,9 +79,12 @@ fn listen(
             if !supported.contains(EventTypes::CRITICAL_XID_ERROR) {
                 return Err(NvmlError::NotSupported);
             }
-            // SAFETY: both handles come from this NVML instance and outlive the call.
+            // SAFETY: `register` is the library's own symbol; the device and set handles
+            // come from this NVML instance and outlive the call.
             let code = unsafe { register(device.handle(), EventTypes::CRITICAL_XID_ERROR.bits(), set.handle()) };
             match code {
+                // SAFETY: only the handle's value is read, to match events to this GPU;
+                // nothing is called through it.
                 0 => Ok(unsafe { device.handle() } as usize),
                 other => Err(other_error(other)),
             }
@@ -90,7 +97,8 @@ fn listen(
     while !stop.load(Ordering::Relaxed) {
         match set.wait(WAIT_MS) {
             Ok(event) => {
-                // SAFETY: reading the handle value only.
+                // SAFETY: only the handle's value is read, to find the GPU it names;
+                // nothing is called through it.
                 let handle = unsafe { event.device.handle() } as usize;
                 let Some(&(_, index)) = handles.iter().find(|(h, _)| *h == handle) else { continue };
                 if let Some(XidError::Value(code)) = event.event_data {

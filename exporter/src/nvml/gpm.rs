@@ -11,7 +11,7 @@ use nvml_wrapper::gpm::{GpmSample, gpm_metrics_get};
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::nvmlGpmSample_t;
 
-use super::calls::{Calls, Lost};
+use super::calls::{CallKey, Calls, Lost};
 
 /// Activity between two samples, percent.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -46,7 +46,7 @@ impl GpmTracker {
         scope: Scope,
     ) -> Result<Activity, Lost> {
         let taken = match scope {
-            Scope::Gpu => calls.get("nvmlGpmSampleGet", || device.gpm_sample())?,
+            Scope::Gpu => calls.get(CallKey::on("nvmlGpmSampleGet", device), || device.gpm_sample())?,
             Scope::Instance(gi) => calls.get_optional("nvmlGpmMigSampleGet", || device.gpm_mig_sample(gi))?,
         };
         let Some(current) = taken else {
@@ -58,7 +58,8 @@ impl GpmTracker {
                 // SAFETY: the handle came from `into_handle` on a sample of this `nvml`.
                 let previous = unsafe { GpmSample::from_handle(nvml, handle) };
                 let ids = [GpmMetricId::SmUtil, GpmMetricId::AnyTensorUtil, GpmMetricId::DramBwUtil];
-                let metrics = calls.get("nvmlGpmMetricsGet", || gpm_metrics_get(nvml, &previous, &current, &ids))?;
+                let key = CallKey::on("nvmlGpmMetricsGet", device);
+                let metrics = calls.get(key, || gpm_metrics_get(nvml, &previous, &current, &ids))?;
                 let value = |i: usize| -> Option<f64> {
                     metrics.as_ref()?.get(i)?.as_ref().ok().map(|m| m.value).filter(|v| v.is_finite())
                 };

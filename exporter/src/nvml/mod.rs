@@ -1,5 +1,8 @@
 //! The NVML edge: loading the library, per-GPU reading threads with deadlines, and XID
-//! events. Nothing outside this module touches `nvml-wrapper`.
+//! events. Nothing outside this module touches `nvml-wrapper`. Every `unsafe` block here
+//! says why it is sound (`SAFETY:`), which clippy enforces for this module.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod calls;
 pub mod errors;

@@ -8,7 +8,7 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 
-use super::calls::{Calls, Lost};
+use super::calls::{CallKey, Calls, Lost};
 use crate::snapshot::ProcessUsage;
 
 fn memory(info: &ProcessInfo) -> Option<u64> {
@@ -18,11 +18,14 @@ fn memory(info: &ProcessInfo) -> Option<u64> {
     }
 }
 
-/// Compute and MPS-client processes of `device`, merged by PID.
+/// Compute and MPS-client processes of `device` (a GPU or a MIG device), merged by PID.
 pub fn list(calls: &mut Calls<'_>, device: &Device<'_>) -> Result<Vec<(ProcessInfo, Option<u64>)>, Lost> {
     let mut all: BTreeMap<u32, (ProcessInfo, Option<u64>)> = BTreeMap::new();
-    let compute = calls.get("nvmlDeviceGetComputeRunningProcesses_v3", || device.running_compute_processes())?;
-    let mps = calls.get("nvmlDeviceGetMPSComputeRunningProcesses_v3", || device.mps_running_compute_processes())?;
+    let compute = calls
+        .get(CallKey::on("nvmlDeviceGetComputeRunningProcesses_v3", device), || device.running_compute_processes())?;
+    let mps = calls.get(CallKey::on("nvmlDeviceGetMPSComputeRunningProcesses_v3", device), || {
+        device.mps_running_compute_processes()
+    })?;
     for info in compute.into_iter().flatten().chain(mps.into_iter().flatten()) {
         let used = memory(&info);
         all.entry(info.pid).or_insert((info, used));
@@ -40,7 +43,8 @@ pub fn utilization(
 ) -> Result<Option<BTreeMap<u32, f64>>, Lost> {
     let since = *last_seen_us;
     // NOT_FOUND means no process ran a kernel since `since`.
-    let samples = calls.get("nvmlDeviceGetProcessUtilization", || match device.process_utilization_stats(since) {
+    let key = CallKey::on("nvmlDeviceGetProcessUtilization", device);
+    let samples = calls.get(key, || match device.process_utilization_stats(since) {
         Err(NvmlError::NotFound) => Ok(Vec::new()),
         other => other,
     })?;

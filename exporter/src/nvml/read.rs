@@ -1,19 +1,30 @@
 //! Reads one GPU: every NVML call of a collection cycle, in one place.
 //!
 //! Per call: `NOT_SUPPORTED` means the model lacks the feature, so the reading stays
-//! absent and the call is not made again on this GPU; `GPU_IS_LOST` ends the read and
-//! marks the GPU lost; any other error leaves that reading absent for this cycle and
-//! is reported for the error counter. Facts that do not change while the driver is
+//! absent and the call is not made again on that handle with that argument (see
+//! [`super::calls`]); `GPU_IS_LOST` ends the read and marks the GPU lost, wherever it
+//! comes from (a call, or one field of `nvmlDeviceGetFieldValues`); any other error
+//! leaves that reading absent for this cycle and is reported for the error counter
+//! (`gpu_exporter_nvml_errors_total`). Facts that do not change while the driver is
 //! loaded (identity, thresholds, maximum clocks, supported clock-event reasons, ECC
-//! mode) are read once.
+//! mode, GPM support) are kept once settled: once the driver answered or said
+//! `NOT_SUPPORTED`. A fact whose call failed otherwise is asked again every cycle, so
+//! a transient error at start-up (an ECC mode `UNKNOWN`, say) does not switch the
+//! readings that depend on it, and the health signals fed by them, off for good.
+//!
+//! Queries that NVML does not answer while a GPU is in MIG mode (utilization, encoder
+//! and decoder utilization) are not remembered as unsupported: MIG mode can be turned
+//! off again.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
+
 use nvml_wrapper::Device;
 use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::TemperatureThreshold;
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, PcieUtilCounter, RetirementCause};
-use nvml_wrapper::enum_wrappers::device::{TemperatureSensor, TemperatureThreshold};
 use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
@@ -22,7 +33,7 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_REMAPPED_PENDING, NVML_FI_DEV_REMAPPED_UNC,
 };
 
-use super::calls::{CallFailure, Calls, Lost};
+use super::calls::{CallFailure, CallKey, Calls, Lost, Settled};
 use super::errors::error_label;
 use super::gpm::{GpmTracker, Scope};
 use super::mig::MigReader;
@@ -59,26 +70,58 @@ impl ReadReport {
     }
 }
 
-/// Static facts cached after the first successful read.
+/// Identity, each part settled on its own.
+#[derive(Debug, Clone, Default)]
+struct Identity {
+    uuid: Settled<String>,
+    model: Settled<String>,
+    pci_bus_id: Settled<String>,
+    architecture: Settled<String>,
+    compute_capability: Settled<String>,
+}
+
+impl Identity {
+    fn snapshot(&self) -> GpuIdentity {
+        GpuIdentity {
+            uuid: self.uuid.get().unwrap_or_default(),
+            model: self.model.get().unwrap_or_default(),
+            pci_bus_id: self.pci_bus_id.get().unwrap_or_default(),
+            architecture: self.architecture.get().unwrap_or_default(),
+            compute_capability: self.compute_capability.get().unwrap_or_default(),
+        }
+    }
+}
+
+/// Facts that do not change while the driver is loaded, each settled on its own.
 #[derive(Debug, Clone, Default)]
 struct Statics {
-    slowdown: Option<u32>,
-    shutdown: Option<u32>,
-    sm_max: Option<u32>,
-    mem_max: Option<u32>,
-    supported_clock_events: Option<u64>,
-    ecc_enabled: Option<bool>,
-    gpm_supported: bool,
+    slowdown: Settled<u32>,
+    shutdown: Settled<u32>,
+    sm_max: Settled<u32>,
+    mem_max: Settled<u32>,
+    supported_clock_events: Settled<u64>,
+    ecc_enabled: Settled<bool>,
+    gpm_supported: Settled<bool>,
 }
+
+// NVML's argument values, for the keys of calls that take one.
+const THRESHOLD_SHUTDOWN: u32 = 0;
+const THRESHOLD_SLOWDOWN: u32 = 1;
+const CLOCK_SM: u32 = 1;
+const CLOCK_MEM: u32 = 2;
+const PCIE_TX: u32 = 0;
+const PCIE_RX: u32 = 1;
 
 /// Reads GPU `index`; one per worker thread.
 #[derive(Debug)]
 pub struct GpuReader {
     nvml: Arc<Nvml>,
     index: u32,
-    identity: Option<GpuIdentity>,
-    statics: Option<Statics>,
-    unsupported: HashSet<&'static str>,
+    identity: Identity,
+    /// Whether a read got as far as the identity (so it can be reported).
+    identity_read: bool,
+    statics: Statics,
+    unsupported: HashSet<CallKey>,
     mig: MigReader,
     gpm: GpmTracker,
     /// Newest per-process utilization sample seen, microseconds.
@@ -96,8 +139,9 @@ impl GpuReader {
         GpuReader {
             nvml,
             index,
-            identity: None,
-            statics: None,
+            identity: Identity::default(),
+            identity_read: false,
+            statics: Statics::default(),
             unsupported: HashSet::new(),
             mig: MigReader::default(),
             gpm: GpmTracker::default(),
@@ -105,43 +149,49 @@ impl GpuReader {
         }
     }
 
+    /// The identity as far as it is known, once a read got to it.
+    fn known_identity(&self) -> Option<GpuIdentity> {
+        self.identity_read.then(|| self.identity.snapshot())
+    }
+
     /// One full read of the GPU.
     pub fn read(&mut self, tracker: &CallTracker) -> ReadReport {
         let nvml = self.nvml.clone();
-        let mut calls = Calls { tracker, unsupported: &mut self.unsupported, failures: Vec::new() };
         let device = match tracker.run("nvmlDeviceGetHandleByIndex_v2", || nvml.device_by_index(self.index)) {
             Ok(d) => d,
             Err(NvmlError::GpuLost) => {
-                return ReadReport::without_readings(ReadOutcome::Lost, self.identity.clone(), vec![]);
+                return ReadReport::without_readings(ReadOutcome::Lost, self.known_identity(), vec![]);
             }
             Err(e) => {
                 let label = error_label(&e);
                 return ReadReport::without_readings(
                     ReadOutcome::Failed(label.to_string()),
-                    self.identity.clone(),
+                    self.known_identity(),
                     vec![("nvmlDeviceGetHandleByIndex_v2", label)],
                 );
             }
         };
+        let mut calls = Calls { tracker, unsupported: &mut self.unsupported, failures: Vec::new() };
         let mut mig = None;
         let mut processes = Vec::new();
+        let identity = &mut self.identity;
+        let identity_read = &mut self.identity_read;
+        let statics = &mut self.statics;
+        let (gpm_tracker, mig_reader, last_sample_us) = (&mut self.gpm, &mut self.mig, &mut self.last_sample_us);
         let result = (|| {
-            if self.identity.is_none() {
-                self.identity = Some(read_identity(&mut calls, &device)?);
-            }
-            if self.statics.is_none() {
-                self.statics = Some(read_statics(&mut calls, &device)?);
-            }
-            let statics = self.statics.clone().unwrap_or_default();
-            let mut readings = read_dynamic(&mut calls, &device, &statics)?;
+            read_identity(&mut calls, &device, identity)?;
+            *identity_read = true;
+            read_statics(&mut calls, &device, statics)?;
             // MIG mode can be switched by an administrator (with a GPU reset), so it is read each cycle.
-            let mig_enabled = calls.get("nvmlDeviceGetMigMode", || device.mig_mode())?.map(|m| m.current == 1);
+            let mig_enabled =
+                calls.get(CallKey::on("nvmlDeviceGetMigMode", &device), || device.mig_mode())?.map(|m| m.current == 1);
+            let mut readings = read_dynamic(&mut calls, &device, statics, mig_enabled == Some(true))?;
             readings.mig_enabled = mig_enabled;
-            let gpm = statics.gpm_supported.then_some(&mut self.gpm);
+            let gpm = statics.gpm_supported.get().unwrap_or(false).then_some(gpm_tracker);
             if mig_enabled == Some(true) {
-                mig = Some(self.mig.read(&nvml, &mut calls, &device, gpm)?);
+                mig = Some(mig_reader.read(&nvml, &mut calls, &device, gpm)?);
             } else {
-                processes = super::processes::read_whole_gpu(&mut calls, &device, &mut self.last_sample_us)?;
+                processes = super::processes::read_whole_gpu(&mut calls, &device, last_sample_us)?;
                 if let Some(tracker) = gpm {
                     let activity = tracker.sample(&nvml, &mut calls, &device, Scope::Gpu)?;
                     tracker.retain(&nvml, |scope| *scope == Scope::Gpu);
@@ -157,66 +207,89 @@ impl GpuReader {
             Ok(readings) => ReadOutcome::Read(Box::new(readings)),
             Err(Lost) => ReadOutcome::Lost,
         };
-        ReadReport { outcome, identity: self.identity.clone(), failures, mig, processes }
+        ReadReport { outcome, identity: self.known_identity(), failures, mig, processes }
     }
 }
 
-fn read_identity(calls: &mut Calls<'_>, device: &Device<'_>) -> Result<GpuIdentity, Lost> {
-    let uuid = calls.get("nvmlDeviceGetUUID", || device.uuid())?.unwrap_or_default();
-    let model = calls.get("nvmlDeviceGetName", || device.name())?.unwrap_or_default();
-    let pci_bus_id = calls.get("nvmlDeviceGetPciInfo_v3", || device.pci_info())?.map(|p| p.bus_id).unwrap_or_default();
-    let architecture =
-        calls.get("nvmlDeviceGetArchitecture", || device.architecture())?.map(|a| a.to_string()).unwrap_or_default();
-    let compute_capability = calls
-        .get("nvmlDeviceGetCudaComputeCapability", || device.cuda_compute_capability())?
-        .map(|c| format!("{}.{}", c.major, c.minor))
-        .unwrap_or_default();
-    Ok(GpuIdentity { uuid, model, pci_bus_id, architecture: architecture.to_lowercase(), compute_capability })
+fn read_identity(calls: &mut Calls<'_>, device: &Device<'_>, id: &mut Identity) -> Result<(), Lost> {
+    let key = |call| CallKey::on(call, device);
+    id.uuid.read(calls, key("nvmlDeviceGetUUID"), || device.uuid())?;
+    id.model.read(calls, key("nvmlDeviceGetName"), || device.name())?;
+    id.pci_bus_id.read(calls, key("nvmlDeviceGetPciInfo_v3"), || device.pci_info().map(|p| p.bus_id))?;
+    id.architecture.read(calls, key("nvmlDeviceGetArchitecture"), || {
+        device.architecture().map(|a| a.to_string().to_lowercase())
+    })?;
+    id.compute_capability.read(calls, key("nvmlDeviceGetCudaComputeCapability"), || {
+        device.cuda_compute_capability().map(|c| format!("{}.{}", c.major, c.minor))
+    })?;
+    Ok(())
 }
 
-fn read_statics(calls: &mut Calls<'_>, device: &Device<'_>) -> Result<Statics, Lost> {
-    Ok(Statics {
-        slowdown: calls.get("nvmlDeviceGetTemperatureThreshold", || {
-            device.temperature_threshold(TemperatureThreshold::Slowdown)
-        })?,
-        shutdown: calls.get("nvmlDeviceGetTemperatureThreshold", || {
-            device.temperature_threshold(TemperatureThreshold::Shutdown)
-        })?,
-        sm_max: calls.get("nvmlDeviceGetMaxClockInfo", || device.max_clock_info(Clock::SM))?,
-        mem_max: calls.get("nvmlDeviceGetMaxClockInfo", || device.max_clock_info(Clock::Memory))?,
-        supported_clock_events: calls
-            .get("nvmlDeviceGetSupportedClocksThrottleReasons", || device.supported_throttle_reasons())?
-            .map(|r| r.bits()),
-        ecc_enabled: calls.get("nvmlDeviceGetEccMode", || device.is_ecc_enabled())?.map(|m| m.currently_enabled),
-        gpm_supported: calls.get("nvmlGpmQueryDeviceSupport", || device.gpm_support())?.unwrap_or(false),
-    })
+fn read_statics(calls: &mut Calls<'_>, device: &Device<'_>, s: &mut Statics) -> Result<(), Lost> {
+    let key = |call| CallKey::on(call, device);
+    const THRESHOLD: &str = "nvmlDeviceGetTemperatureThreshold";
+    s.slowdown.read(calls, key(THRESHOLD).arg(THRESHOLD_SLOWDOWN), || {
+        device.temperature_threshold(TemperatureThreshold::Slowdown)
+    })?;
+    s.shutdown.read(calls, key(THRESHOLD).arg(THRESHOLD_SHUTDOWN), || {
+        device.temperature_threshold(TemperatureThreshold::Shutdown)
+    })?;
+    const MAX_CLOCK: &str = "nvmlDeviceGetMaxClockInfo";
+    s.sm_max.read(calls, key(MAX_CLOCK).arg(CLOCK_SM), || device.max_clock_info(Clock::SM))?;
+    s.mem_max.read(calls, key(MAX_CLOCK).arg(CLOCK_MEM), || device.max_clock_info(Clock::Memory))?;
+    s.supported_clock_events.read(calls, key("nvmlDeviceGetSupportedClocksThrottleReasons"), || {
+        device.supported_throttle_reasons().map(|r| r.bits())
+    })?;
+    s.ecc_enabled.read(calls, key("nvmlDeviceGetEccMode"), || device.is_ecc_enabled().map(|m| m.currently_enabled))?;
+    s.gpm_supported.read(calls, key("nvmlGpmQueryDeviceSupport"), || device.gpm_support())?;
+    Ok(())
 }
 
-fn read_dynamic(calls: &mut Calls<'_>, device: &Device<'_>, statics: &Statics) -> Result<GpuReadings, Lost> {
-    // Not remembered as unsupported: MIG mode (where it is) can be switched off.
-    let utilization = calls.get_optional("nvmlDeviceGetUtilizationRates", || device.utilization_rates())?;
-    let memory = calls.get("nvmlDeviceGetMemoryInfo_v2", || device.memory_info())?.map(|m| MemoryReading {
+fn read_dynamic(
+    calls: &mut Calls<'_>,
+    device: &Device<'_>,
+    statics: &Statics,
+    mig_mode: bool,
+) -> Result<GpuReadings, Lost> {
+    let key = |call| CallKey::on(call, device);
+    let utilization;
+    let encoder;
+    let decoder;
+    if mig_mode {
+        // nvml.h: not supported on MIG-enabled GPUs. Not remembered: MIG mode can be
+        // switched off again.
+        utilization = calls.get_optional("nvmlDeviceGetUtilizationRates", || device.utilization_rates())?;
+        encoder = calls.get_optional("nvmlDeviceGetEncoderUtilization", || device.encoder_utilization())?;
+        decoder = calls.get_optional("nvmlDeviceGetDecoderUtilization", || device.decoder_utilization())?;
+    } else {
+        utilization = calls.get(key("nvmlDeviceGetUtilizationRates"), || device.utilization_rates())?;
+        encoder = calls.get(key("nvmlDeviceGetEncoderUtilization"), || device.encoder_utilization())?;
+        decoder = calls.get(key("nvmlDeviceGetDecoderUtilization"), || device.decoder_utilization())?;
+    }
+    let memory = calls.get(key("nvmlDeviceGetMemoryInfo_v2"), || device.memory_info())?.map(|m| MemoryReading {
         total_bytes: m.total,
         used_bytes: m.used,
         reserved_bytes: m.reserved,
     });
-    let power_mw = calls.get("nvmlDeviceGetPowerUsage", || device.power_usage())?;
-    let limit_mw = calls.get("nvmlDeviceGetEnforcedPowerLimit", || device.enforced_power_limit())?;
-    let energy_mj = calls.get("nvmlDeviceGetTotalEnergyConsumption", || device.total_energy_consumption())?;
-    let temperature = calls.get("nvmlDeviceGetTemperature", || device.temperature(TemperatureSensor::Gpu))?;
-    let sm_clock = calls.get("nvmlDeviceGetClockInfo", || device.clock_info(Clock::SM))?;
-    let mem_clock = calls.get("nvmlDeviceGetClockInfo", || device.clock_info(Clock::Memory))?;
-    let encoder = calls.get("nvmlDeviceGetEncoderUtilization", || device.encoder_utilization())?;
-    let decoder = calls.get("nvmlDeviceGetDecoderUtilization", || device.decoder_utilization())?;
-    let pcie_tx = calls.get("nvmlDeviceGetPcieThroughput", || device.pcie_throughput(PcieUtilCounter::Send))?;
-    let pcie_rx = calls.get("nvmlDeviceGetPcieThroughput", || device.pcie_throughput(PcieUtilCounter::Receive))?;
-    let replays = calls.get("nvmlDeviceGetPcieReplayCounter", || device.pcie_replay_counter())?;
-    let pstate = calls.get("nvmlDeviceGetPerformanceState", || device.performance_state())?;
-    let ecc = if statics.ecc_enabled == Some(true) { read_ecc(calls, device)? } else { None };
+    let power_mw = calls.get(key("nvmlDeviceGetPowerUsage"), || device.power_usage())?;
+    let limit_mw = calls.get(key("nvmlDeviceGetEnforcedPowerLimit"), || device.enforced_power_limit())?;
+    let energy_mj = calls.get(key("nvmlDeviceGetTotalEnergyConsumption"), || device.total_energy_consumption())?;
+    let temperature = calls.get(key("nvmlDeviceGetTemperature"), || device.temperature(TemperatureSensor::Gpu))?;
+    const CLOCK: &str = "nvmlDeviceGetClockInfo";
+    let sm_clock = calls.get(key(CLOCK).arg(CLOCK_SM), || device.clock_info(Clock::SM))?;
+    let mem_clock = calls.get(key(CLOCK).arg(CLOCK_MEM), || device.clock_info(Clock::Memory))?;
+    const PCIE: &str = "nvmlDeviceGetPcieThroughput";
+    let pcie_tx = calls.get(key(PCIE).arg(PCIE_TX), || device.pcie_throughput(PcieUtilCounter::Send))?;
+    let pcie_rx = calls.get(key(PCIE).arg(PCIE_RX), || device.pcie_throughput(PcieUtilCounter::Receive))?;
+    let replays = calls.get(key("nvmlDeviceGetPcieReplayCounter"), || device.pcie_replay_counter())?;
+    let pstate = calls.get(key("nvmlDeviceGetPerformanceState"), || device.performance_state())?;
+    let ecc_enabled = statics.ecc_enabled.get();
+    let ecc = if ecc_enabled == Some(true) { read_ecc(calls, device)? } else { None };
     let retired_pages = read_retired_pages(calls, device)?;
     let (remapped_rows, recovery_action) = read_fields(calls, device)?;
-    let active_events =
-        calls.get("nvmlDeviceGetCurrentClocksThrottleReasons", || device.current_throttle_reasons())?.map(|r| r.bits());
+    let active_events = calls
+        .get(key("nvmlDeviceGetCurrentClocksThrottleReasons"), || device.current_throttle_reasons())?
+        .map(|r| r.bits());
     Ok(GpuReadings {
         utilization_percent: utilization.as_ref().map(|u| u.gpu),
         memory_controller_percent: utilization.as_ref().map(|u| u.memory),
@@ -225,12 +298,12 @@ fn read_dynamic(calls: &mut Calls<'_>, device: &Device<'_>, statics: &Statics) -
         power_limit_watts: limit_mw.map(|mw| f64::from(mw) / 1000.0),
         energy_joules: energy_mj.map(|mj| mj as f64 / 1000.0),
         temperature_celsius: temperature,
-        temperature_slowdown_celsius: statics.slowdown,
-        temperature_shutdown_celsius: statics.shutdown,
+        temperature_slowdown_celsius: statics.slowdown.get(),
+        temperature_shutdown_celsius: statics.shutdown.get(),
         sm_clock_mhz: sm_clock,
         mem_clock_mhz: mem_clock,
-        sm_clock_max_mhz: statics.sm_max,
-        mem_clock_max_mhz: statics.mem_max,
+        sm_clock_max_mhz: statics.sm_max.get(),
+        mem_clock_max_mhz: statics.mem_max.get(),
         encoder_percent: encoder.map(|e| e.utilization),
         decoder_percent: decoder.map(|d| d.utilization),
         // NVML reports KB/s.
@@ -238,11 +311,11 @@ fn read_dynamic(calls: &mut Calls<'_>, device: &Device<'_>, statics: &Statics) -
         pcie_rx_bytes_per_second: pcie_rx.map(|kb| u64::from(kb) * 1024),
         pcie_replays: replays.map(u64::from),
         performance_state: pstate.map(|p| p.as_c()),
-        ecc_enabled: statics.ecc_enabled,
+        ecc_enabled,
         ecc,
         retired_pages,
         remapped_rows,
-        clock_events: match (statics.supported_clock_events, active_events) {
+        clock_events: match (statics.supported_clock_events.get(), active_events) {
             (Some(supported), Some(active)) => Some(ClockEvents { supported, active }),
             _ => None,
         },
@@ -252,11 +325,13 @@ fn read_dynamic(calls: &mut Calls<'_>, device: &Device<'_>, statics: &Statics) -
 }
 
 fn read_ecc(calls: &mut Calls<'_>, device: &Device<'_>) -> Result<Option<EccCounts>, Lost> {
-    const CALL: &str = "nvmlDeviceGetTotalEccErrors";
-    let cv = calls.get(CALL, || device.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile))?;
-    let uv = calls.get(CALL, || device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile))?;
-    let ca = calls.get(CALL, || device.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate))?;
-    let ua = calls.get(CALL, || device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate))?;
+    let key = |error: u32, counter: u32| CallKey::on("nvmlDeviceGetTotalEccErrors", device).arg(error * 2 + counter);
+    // Arguments: nvmlMemoryErrorType_t (0 corrected, 1 uncorrected) and
+    // nvmlEccCounterType_t (0 volatile, 1 aggregate).
+    let cv = calls.get(key(0, 0), || device.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile))?;
+    let uv = calls.get(key(1, 0), || device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile))?;
+    let ca = calls.get(key(0, 1), || device.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate))?;
+    let ua = calls.get(key(1, 1), || device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate))?;
     Ok(match (cv, uv, ca, ua) {
         (Some(cv), Some(uv), Some(ca), Some(ua)) => Some(EccCounts {
             corrected_volatile: cv,
@@ -269,10 +344,12 @@ fn read_ecc(calls: &mut Calls<'_>, device: &Device<'_>) -> Result<Option<EccCoun
 }
 
 fn read_retired_pages(calls: &mut Calls<'_>, device: &Device<'_>) -> Result<Option<RetiredPages>, Lost> {
-    const CALL: &str = "nvmlDeviceGetRetiredPages_v2";
-    let single = calls.get(CALL, || device.retired_pages(RetirementCause::MultipleSingleBitEccErrors))?;
-    let double = calls.get(CALL, || device.retired_pages(RetirementCause::DoubleBitEccError))?;
-    let pending = calls.get("nvmlDeviceGetRetiredPagesPendingStatus", || device.are_pages_pending_retired())?;
+    // Argument: nvmlPageRetirementCause_t (0 multiple single-bit, 1 double-bit).
+    let key = CallKey::on("nvmlDeviceGetRetiredPages_v2", device);
+    let single = calls.get(key.arg(0), || device.retired_pages(RetirementCause::MultipleSingleBitEccErrors))?;
+    let double = calls.get(key.arg(1), || device.retired_pages(RetirementCause::DoubleBitEccError))?;
+    let pending = calls
+        .get(CallKey::on("nvmlDeviceGetRetiredPagesPendingStatus", device), || device.are_pages_pending_retired())?;
     Ok(match (single, double, pending) {
         (Some(s), Some(d), Some(p)) => {
             Some(RetiredPages { single_bit_ecc: s.len() as u64, double_bit_ecc: d.len() as u64, pending: p })
@@ -282,11 +359,14 @@ fn read_retired_pages(calls: &mut Calls<'_>, device: &Device<'_>) -> Result<Opti
 }
 
 /// Row remapping and the recovery action, in one `nvmlDeviceGetFieldValues` call
-/// (`nvml-wrapper` does not wrap `nvmlDeviceGetRemappedRows`).
+/// (`nvml-wrapper` does not wrap `nvmlDeviceGetRemappedRows`). A field that answers
+/// `GPU_IS_LOST` ends the read as Lost, as the call itself would; any other per-field
+/// error leaves that field absent and is counted.
 fn read_fields(
     calls: &mut Calls<'_>,
     device: &Device<'_>,
 ) -> Result<(Option<RemappedRows>, Option<RecoveryAction>), Lost> {
+    const CALL: &str = "nvmlDeviceGetFieldValues";
     let ids = [
         FieldId(NVML_FI_DEV_REMAPPED_COR),
         FieldId(NVML_FI_DEV_REMAPPED_UNC),
@@ -294,20 +374,29 @@ fn read_fields(
         FieldId(NVML_FI_DEV_REMAPPED_FAILURE),
         FieldId(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
     ];
-    let Some(samples) = calls.get("nvmlDeviceGetFieldValues", || device.field_values_for(&ids))? else {
+    let Some(samples) = calls.get(CallKey::on(CALL, device), || device.field_values_for(&ids))? else {
         return Ok((None, None));
     };
-    let values: Vec<Option<u64>> = samples
-        .into_iter()
-        .map(|s| match s.and_then(|s| s.value) {
-            Ok(v) => as_u64(&v),
-            Err(NvmlError::GpuLost) => None,
-            Err(_) => None,
-        })
-        .collect();
-    let rows = match values[..4] {
-        [Some(cor), Some(unc), Some(pending), Some(failed)] => {
-            Some(RemappedRows { correctable: cor, uncorrectable: unc, pending: pending != 0, failed: failed != 0 })
+    let mut values: Vec<Option<u64>> = Vec::with_capacity(samples.len());
+    let mut failed: Option<NvmlError> = None;
+    for sample in samples {
+        match sample.and_then(|s| s.value) {
+            Ok(v) => values.push(as_u64(&v)),
+            Err(NvmlError::GpuLost) => return Err(Lost),
+            // A board without row remapping (or a recovery action) says so per field.
+            Err(NvmlError::NotSupported) => values.push(None),
+            Err(e) => {
+                failed.get_or_insert(e);
+                values.push(None);
+            }
+        }
+    }
+    if let Some(e) = failed {
+        calls.fail(CALL, &e);
+    }
+    let rows = match values.get(..4) {
+        Some([Some(cor), Some(unc), Some(pending), Some(failed)]) => {
+            Some(RemappedRows { correctable: *cor, uncorrectable: *unc, pending: *pending != 0, failed: *failed != 0 })
         }
         _ => None,
     };

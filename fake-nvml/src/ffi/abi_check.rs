@@ -71,6 +71,7 @@ fn check(lib: &NvmlLib) {
     same_signature(&lib.nvmlDeviceGetComputeInstanceId, m::nvmlDeviceGetComputeInstanceId);
     same_signature(&lib.nvmlDeviceGetAttributes_v2, m::nvmlDeviceGetAttributes_v2);
     same_signature(&lib.nvmlDeviceGetGpuInstanceProfileInfoV, m::nvmlDeviceGetGpuInstanceProfileInfoV);
+    same_signature(&lib.nvmlDeviceGetGpuInstanceProfileInfoByIdV, m::nvmlDeviceGetGpuInstanceProfileInfoByIdV);
     same_signature(&lib.nvmlDeviceGetGpuInstanceRemainingCapacity, m::nvmlDeviceGetGpuInstanceRemainingCapacity);
     same_signature(&lib.nvmlDeviceGetGpuInstanceById, m::nvmlDeviceGetGpuInstanceById);
     same_signature(&lib.nvmlGpuInstanceGetInfo, m::nvmlGpuInstanceGetInfo);

@@ -39,7 +39,11 @@ macro_rules! out {
 /// `index` is null or valid for a write.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetIndex(device: nvmlDevice_t, index: *mut c_uint) -> nvmlReturn_t {
-    device_call("nvmlDeviceGetIndex", device, |gpu, _| out!(index, gpu.spec.index))
+    target_call("nvmlDeviceGetIndex", device, |target, _| match target {
+        Target::Gpu(gpu) => out!(index, gpu.spec.index),
+        // The MIG device's index under its parent (`nvmlDeviceGetMigDeviceHandleByIndex`).
+        Target::Mig(_, mig) => out!(index, mig.index),
+    })
 }
 
 /// # Safety
@@ -625,7 +629,10 @@ pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
     device: nvmlDevice_t,
     gpm_support: *mut nvmlGpmSupport_t,
 ) -> nvmlReturn_t {
-    device_call("nvmlGpmQueryDeviceSupport", device, |gpu, _| {
+    target_call("nvmlGpmQueryDeviceSupport", device, |target, _| {
+        let gpu = match target {
+            Target::Gpu(g) | Target::Mig(g, _) => g,
+        };
         if gpm_support.is_null() {
             return Err(ret::INVALID_ARGUMENT);
         }

@@ -1,10 +1,11 @@
 //! Event sets: XID errors scheduled in the scenario, delivered through
 //! `nvmlEventSetWait_v2` exactly as the driver delivers them.
 //!
-//! Semantics: an event set receives every XID fault of its registered GPUs whose time
-//! has come, each once, in time order, whether it fell before or after registration
-//! (the exporter registers right after `nvmlInit`, and a frozen clock must still show
-//! the scenario's XIDs).
+//! Semantics, as `nvmlEventSetWait` has them: an event set receives the XID faults of
+//! its registered GPUs that happen from the moment the GPU was registered in that set
+//! onward, each once, in time order. An XID that happened before registration is never
+//! delivered: a restarted consumer does not see its predecessor's events again. (With
+//! a frozen clock no XID happens after registration, so none is delivered.)
 
 use std::collections::HashMap;
 use std::ffi::{c_uint, c_ulonglong};
@@ -27,7 +28,8 @@ const WHOLE_GPU: c_uint = 0xFFFF_FFFF;
 struct EventSet {
     /// GPU index to registered event mask.
     registered: HashMap<usize, u64>,
-    /// GPU index to the number of its XID events already delivered.
+    /// GPU index to the number of its XID events already delivered (or skipped because
+    /// they happened before registration).
     delivered: HashMap<usize, usize>,
 }
 
@@ -91,11 +93,18 @@ pub extern "C" fn nvmlDeviceRegisterEvents(
     event_types: c_ulonglong,
     set: nvmlEventSet_t,
 ) -> nvmlReturn_t {
-    device_call("nvmlDeviceRegisterEvents", device, |gpu, _| {
+    device_call("nvmlDeviceRegisterEvents", device, |gpu, t| {
         if event_types & !supported_events(gpu) != 0 {
             return Err(ret::NOT_SUPPORTED);
         }
-        with_set(set, |s| *s.registered.entry(gpu.spec.index as usize).or_default() |= event_types)
+        let index = gpu.spec.index as usize;
+        // XIDs that happened before the first registration are skipped for good.
+        let before = gpu.xid_events().take_while(|(at, _)| *at < t).count();
+        with_set(set, |s| {
+            *s.registered.entry(index).or_default() |= event_types;
+            let delivered = s.delivered.entry(index).or_insert(0);
+            *delivered = (*delivered).max(before);
+        })
     })
 }
 

@@ -1,7 +1,8 @@
 //! `nvmlDeviceGetFieldValues`: the field ids the exporter reads this way (remapped
 //! rows, the recovery action, ECC mode, PCIe replays). Every other id answers
 //! `NVML_ERROR_NOT_SUPPORTED` in its own slot, as a real driver does for ids a board
-//! lacks, while the call itself succeeds.
+//! lacks, while the call itself succeeds. A scheduled `error` fault on this call
+//! likewise puts its code in every requested slot.
 
 use std::ffi::c_int;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -56,12 +57,17 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
             return Err(ret::INVALID_ARGUMENT);
         }
         let now_us = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+        let injected = gpu.injected_error("nvmlDeviceGetFieldValues", None, t);
         // SAFETY: the caller passes `values_count` entries with `fieldId` set.
         let slots = unsafe { std::slice::from_raw_parts_mut(values, values_count as usize) };
         for slot in slots {
             slot.timestamp = now_us;
             slot.latencyUsec = 0;
-            match answer(gpu, slot.fieldId, t) {
+            let result = match injected {
+                Some(code) => Err(code),
+                None => answer(gpu, slot.fieldId, t),
+            };
+            match result {
                 Ok(Answer::Uint(v)) => {
                     slot.valueType = VALUE_UNSIGNED_INT;
                     slot.value = nvmlValue_t { uiVal: v };

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlGpmMetricsGet_t, nvmlGpmSample_t, nvmlReturn_t};
 
-use super::{device_call, guard, loaded, ret};
+use super::{Target, device_call, guard, loaded, ret, target_call};
 use crate::node::{SimGpu, instance_activity};
 use crate::scenario::Signal;
 
@@ -70,11 +70,16 @@ fn gpm_supported(gpu: &SimGpu) -> Result<(), nvmlReturn_t> {
     if gpu.spec.model.gpm { Ok(()) } else { Err(ret::NOT_SUPPORTED) }
 }
 
+/// On a MIG device handle, a sample of that MIG device's GPU instance.
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlGpmSampleGet(device: nvmlDevice_t, sample: nvmlGpmSample_t) -> nvmlReturn_t {
-    device_call("nvmlGpmSampleGet", device, |gpu, t| {
+    target_call("nvmlGpmSampleGet", device, |target, t| {
+        let (gpu, instance) = match target {
+            Target::Gpu(g) => (g, None),
+            Target::Mig(g, m) => (g, Some(m.index as usize)),
+        };
         gpm_supported(gpu)?;
-        with_sample(sample, |data| *data = Some(SampleData { gpu: gpu.spec.index, instance: None, t }))
+        with_sample(sample, |data| *data = Some(SampleData { gpu: gpu.spec.index, instance, t }))
     })
 }
 

@@ -1,6 +1,13 @@
 //! MIG: enumerating a GPU's MIG devices, their GPU/compute instance ids, profiles and
-//! the capacity left. MIG device handles answer the calls a MIG device answers on a
-//! real driver (UUID, name, memory, attributes, processes, instance ids).
+//! the capacity left. MIG device handles answer the calls `nvml.h` says a MIG device
+//! answers ([`crate::calls::MIG_HANDLE_CALLS`]: UUID, name, memory, attributes,
+//! processes, instance ids, GPM).
+//!
+//! Profiles are looked up as the driver does: `nvmlDeviceGetGpuInstanceProfileInfoV`
+//! by profile index (`NVML_GPU_INSTANCE_PROFILE_*`), answering `NOT_SUPPORTED` for an
+//! index this GPU does not offer and `INVALID_ARGUMENT` past the last index the driver
+//! knows (the end of a forward-compatible enumeration); everything else by the
+//! driver's profile id.
 
 use std::ffi::c_uint;
 
@@ -13,7 +20,7 @@ use super::{
     GPU_INSTANCE_SLOTS, MAX_MIG, Target, device_call, device_handle, guard, loaded, mig_handle, put, ret, slot_offset,
     target_call,
 };
-use crate::models::{MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, mig_profiles};
+use crate::models::{MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, MigProfile, PROFILE_INDEX_COUNT};
 use crate::node::SimGpu;
 
 /// `NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2)`.
@@ -113,10 +120,8 @@ pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
     target_call("nvmlDeviceGetAttributes_v2", device, |target, _| {
         let (slices, memory_mib, sms) = match target {
             Target::Mig(_, mig) => (mig.profile.compute_slices, mig.profile.memory_mib, mig.profile.multiprocessors),
-            Target::Gpu(gpu) => {
-                let full = mig_profiles(gpu.spec.model).iter().find(|p| p.compute_slices == MIG_COMPUTE_SLICES);
-                (1, gpu.spec.model.memory_total_bytes / (1024 * 1024), full.map_or(128, |p| p.multiprocessors))
-            }
+            // nvml.h: "This API currently only supports MIG device handles."
+            Target::Gpu(_) => return Err(ret::NOT_SUPPORTED),
         };
         out!(
             attributes,
@@ -141,6 +146,42 @@ fn copy_name(dst: &mut [std::ffi::c_char; 96], text: &str) {
     }
 }
 
+/// Fills a profile-info answer, checking the caller's struct version first.
+///
+/// # Safety
+/// `info` is null or valid for a read and a write.
+unsafe fn profile_info(info: *mut nvmlGpuInstanceProfileInfo_v2_t, p: &MigProfile) -> Result<(), nvmlReturn_t> {
+    if info.is_null() {
+        return Err(ret::INVALID_ARGUMENT);
+    }
+    // SAFETY: non-null; the caller sets `version`.
+    if unsafe { (*info).version } != PROFILE_INFO_V2_VERSION {
+        return Err(ret::ARGUMENT_VERSION_MISMATCH);
+    }
+    // SAFETY: a plain C struct; all-zero is a valid value.
+    let mut answer: nvmlGpuInstanceProfileInfo_v2_t = unsafe { std::mem::zeroed() };
+    answer.version = PROFILE_INFO_V2_VERSION;
+    answer.id = p.profile_id;
+    answer.sliceCount = p.compute_slices;
+    answer.instanceCount = p.max_instances;
+    answer.multiprocessorCount = p.multiprocessors;
+    answer.copyEngineCount = p.compute_slices;
+    answer.decoderCount = p.compute_slices.div_ceil(2);
+    answer.memorySizeMB = p.memory_mib;
+    copy_name(&mut answer.name, &format!("MIG {}", p.name));
+    out!(info, answer)
+}
+
+/// Profile indices this GPU's driver knows: NVML's count, or more where the scenario
+/// gives the GPU a newer driver's profiles.
+fn index_count(gpu: &SimGpu) -> u32 {
+    gpu.spec.mig_profiles.iter().map(|p| p.index + 1).max().unwrap_or(0).max(PROFILE_INDEX_COUNT)
+}
+
+fn by_id(gpu: &SimGpu, id: c_uint) -> Result<&MigProfile, nvmlReturn_t> {
+    gpu.spec.mig_profiles.iter().find(|p| p.profile_id == id).ok_or(ret::NOT_SUPPORTED)
+}
+
 /// # Safety
 /// `info` is null or valid for a read and a write.
 #[unsafe(no_mangle)]
@@ -151,26 +192,28 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
 ) -> nvmlReturn_t {
     device_call("nvmlDeviceGetGpuInstanceProfileInfoV", device, |gpu, _| {
         mig_capable(gpu)?;
-        if info.is_null() {
+        if profile >= index_count(gpu) {
             return Err(ret::INVALID_ARGUMENT);
         }
-        // SAFETY: non-null; the caller sets `version`.
-        if unsafe { (*info).version } != PROFILE_INFO_V2_VERSION {
-            return Err(ret::ARGUMENT_VERSION_MISMATCH);
-        }
-        let p = mig_profiles(gpu.spec.model).iter().find(|p| p.profile_id == profile).ok_or(ret::NOT_SUPPORTED)?;
-        // SAFETY: a plain C struct; all-zero is a valid value.
-        let mut answer: nvmlGpuInstanceProfileInfo_v2_t = unsafe { std::mem::zeroed() };
-        answer.version = PROFILE_INFO_V2_VERSION;
-        answer.id = p.profile_id;
-        answer.sliceCount = p.compute_slices;
-        answer.instanceCount = p.max_instances;
-        answer.multiprocessorCount = p.multiprocessors;
-        answer.copyEngineCount = p.compute_slices;
-        answer.decoderCount = p.compute_slices.div_ceil(2);
-        answer.memorySizeMB = p.memory_mib;
-        copy_name(&mut answer.name, &format!("MIG {}", p.name));
-        out!(info, answer)
+        let p = gpu.spec.mig_profiles.iter().find(|p| p.index == profile).ok_or(ret::NOT_SUPPORTED)?;
+        // SAFETY: caller contract.
+        unsafe { profile_info(info, p) }
+    })
+}
+
+/// # Safety
+/// `info` is null or valid for a read and a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
+    device: nvmlDevice_t,
+    profile_id: c_uint,
+    info: *mut nvmlGpuInstanceProfileInfo_v2_t,
+) -> nvmlReturn_t {
+    device_call("nvmlDeviceGetGpuInstanceProfileInfoByIdV", device, |gpu, _| {
+        mig_capable(gpu)?;
+        let p = by_id(gpu, profile_id)?;
+        // SAFETY: caller contract.
+        unsafe { profile_info(info, p) }
     })
 }
 
@@ -188,7 +231,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceRemainingCapacity(
     device_call("nvmlDeviceGetGpuInstanceRemainingCapacity", device, |gpu, _| {
         mig_capable(gpu)?;
         let instances = gpu.spec.mig.as_ref().ok_or(ret::INVALID_ARGUMENT)?;
-        let p = mig_profiles(gpu.spec.model).iter().find(|p| p.profile_id == profile).ok_or(ret::NOT_SUPPORTED)?;
+        let p = by_id(gpu, profile)?;
         let used_compute: u32 = instances.iter().map(|i| i.profile.compute_slices).sum();
         let used_memory: u32 = instances.iter().map(|i| i.profile.memory_slices).sum();
         let same = instances.iter().filter(|i| i.profile.profile_id == profile).count() as u32;
@@ -228,8 +271,12 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetInfo(
         let slot = slot_offset(gpu_instance as usize, &GPU_INSTANCE_SLOTS).ok_or(ret::INVALID_ARGUMENT)?;
         let gpu = state.node.gpus.get(slot / MAX_MIG).ok_or(ret::INVALID_ARGUMENT)?;
         let instance = gpu.spec.mig.as_ref().and_then(|m| m.get(slot % MAX_MIG)).ok_or(ret::INVALID_ARGUMENT)?;
-        if gpu.is_lost(state.clock.now()) {
+        let t = state.clock.now();
+        if gpu.is_lost(t) {
             return Err(ret::GPU_IS_LOST);
+        }
+        if let Some(code) = gpu.injected_error("nvmlGpuInstanceGetInfo", None, t) {
+            return Err(code);
         }
         out!(
             info,

@@ -4,7 +4,9 @@
 //! Each exported function has the exact signature of the symbol `nvml-wrapper-sys`
 //! loads (checked at compile time in [`abi_check`]), validates its pointers, answers
 //! `NVML_ERROR_UNINITIALIZED` before `nvmlInit`, `NVML_ERROR_GPU_IS_LOST` on a lost
-//! GPU, blocks inside a scheduled hang, and never lets a panic cross the C boundary.
+//! GPU, blocks inside a scheduled hang, answers a scheduled `error` fault's code, and
+//! never lets a panic cross the C boundary. On a MIG device handle only the calls in
+//! [`crate::calls::MIG_HANDLE_CALLS`] answer; the rest say `NVML_ERROR_NOT_SUPPORTED`.
 
 mod abi_check;
 mod device;
@@ -111,8 +113,9 @@ fn guard(body: impl FnOnce() -> CallResult) -> nvmlReturn_t {
     }
 }
 
-/// The common prologue of a per-GPU call named `call`: state, handle, hang, lost.
-/// A MIG device handle answers `NOT_SUPPORTED`, as the driver does for GPU-wide queries.
+/// The common prologue of a GPU-wide call named `call`: state, handle, hang, lost,
+/// injected error. A MIG device handle answers `NOT_SUPPORTED`, as the driver does for
+/// GPU-wide queries.
 fn device_call(call: &str, device: nvmlDevice_t, body: impl FnOnce(&SimGpu, f64) -> CallResult) -> nvmlReturn_t {
     target_call(call, device, |target, t| match target {
         Target::Gpu(gpu) => body(gpu, t),
@@ -120,17 +123,33 @@ fn device_call(call: &str, device: nvmlDevice_t, body: impl FnOnce(&SimGpu, f64)
     })
 }
 
-/// As [`device_call`], for calls that also answer on MIG device handles.
+/// As [`device_call`], for calls a MIG device handle may answer too: those listed in
+/// [`crate::calls::MIG_HANDLE_CALLS`]; every other call answers `NOT_SUPPORTED` there.
+/// A GPU in MIG mode also refuses [`crate::calls::MIG_MODE_UNSUPPORTED`] on its own
+/// handle.
 fn target_call(call: &str, device: nvmlDevice_t, body: impl FnOnce(Target<'_>, f64) -> CallResult) -> nvmlReturn_t {
     guard(|| {
         let state = loaded()?;
         let target = state.target(device)?;
-        let gpu = match target {
-            Target::Gpu(g) | Target::Mig(g, _) => g,
+        let (gpu, mig) = match target {
+            Target::Gpu(g) => (g, None),
+            Target::Mig(g, m) => (g, Some(m.index)),
         };
         let t = hang_then_now(&state, gpu, call);
         if gpu.is_lost(t) {
             return Err(ret::GPU_IS_LOST);
+        }
+        if mig.is_some() && !crate::calls::mig_handle_answers(call) {
+            return Err(ret::NOT_SUPPORTED);
+        }
+        if gpu.spec.mig.is_some() && !crate::calls::mig_mode_answers(call) {
+            return Err(ret::NOT_SUPPORTED);
+        }
+        // Field values report an injected error per field; the call itself succeeds.
+        if call != "nvmlDeviceGetFieldValues"
+            && let Some(code) = gpu.injected_error(call, mig, t)
+        {
+            return Err(code);
         }
         body(target, t)
     })

@@ -150,6 +150,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *m
         if gpu.is_lost(t) {
             return Err(ret::GPU_IS_LOST);
         }
+        if let Some(code) = gpu.injected_error("nvmlDeviceGetHandleByIndex_v2", None, t) {
+            return Err(code);
+        }
         // SAFETY: caller contract.
         unsafe { put(device, device_handle(index as usize)) }
     })

@@ -1,10 +1,12 @@
 //! Faults a scenario schedules on a GPU: what happens, and at which scenario second.
 //!
 //! Each list entry has `at_s` and exactly one fault key, for example
-//! `{at_s: 30, xid: 79}` or `{at_s: 10, hang: {call: nvmlDeviceGetPowerUsage, for_s: 5}}`.
+//! `{at_s: 30, xid: 79}`, `{at_s: 10, hang: {call: nvmlDeviceGetPowerUsage, for_s: 5}}`
+//! or `{at_s: 0, error: {call: nvmlDeviceGetEccMode, code: UNKNOWN, for_s: 3}}`.
 
 use serde::Deserialize;
 
+use crate::calls::{DEVICE_CALLS, mig_handle_answers};
 use crate::models::Model;
 
 /// A scheduled fault.
@@ -27,6 +29,11 @@ pub enum FaultKind {
     /// Calls to one NVML function (or `"*"`: all of them) on this GPU block until the
     /// window ends.
     Hang { call: String, for_s: f64 },
+    /// Calls to one NVML function (or `"*"`) answer an NVML error code for `for_s`
+    /// seconds: on the GPU's own handle, or with `mig` on that MIG device's handle
+    /// only. `nvmlDeviceGetFieldValues` reports the code in each requested field and
+    /// the call itself succeeds, as the driver reports per-field failures.
+    Error(ErrorFault),
     /// ECC errors counted at once in both the volatile and the aggregate counters.
     EccErrors { corrected: u64, uncorrected: u64 },
     /// The temperature climbs linearly from its value at `at_s` to `to` over `over_s`,
@@ -46,6 +53,67 @@ pub enum FaultKind {
     /// pending row remaps and page retirements are applied, the recovery action and
     /// any temperature ramp end.
     Reset,
+}
+
+/// A transient error on one call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorFault {
+    pub call: String,
+    pub code: ErrorCode,
+    pub for_s: f64,
+    /// Position of the MIG device in the GPU's `mig` list; `None`: the GPU's own handle.
+    pub mig: Option<u32>,
+}
+
+/// NVML error codes a scenario can inject, named as in `NVML_ERROR_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    Uninitialized,
+    InvalidArgument,
+    /// Not transient on a real driver: a consumer that remembers it is right to.
+    NotSupported,
+    NoPermission,
+    NotFound,
+    InsufficientSize,
+    InsufficientPower,
+    DriverNotLoaded,
+    Timeout,
+    IrqIssue,
+    GpuIsLost,
+    ResetRequired,
+    OperatingSystem,
+    LibRmVersionMismatch,
+    InUse,
+    Memory,
+    NoData,
+    Unknown,
+}
+
+impl ErrorCode {
+    /// The `nvmlReturn_t` value.
+    pub fn code(self) -> u32 {
+        match self {
+            Self::Uninitialized => 1,
+            Self::InvalidArgument => 2,
+            Self::NotSupported => 3,
+            Self::NoPermission => 4,
+            Self::NotFound => 6,
+            Self::InsufficientSize => 7,
+            Self::InsufficientPower => 8,
+            Self::DriverNotLoaded => 9,
+            Self::Timeout => 10,
+            Self::IrqIssue => 11,
+            Self::GpuIsLost => 15,
+            Self::ResetRequired => 16,
+            Self::OperatingSystem => 17,
+            Self::LibRmVersionMismatch => 18,
+            Self::InUse => 19,
+            Self::Memory => 20,
+            Self::NoData => 21,
+            Self::Unknown => 999,
+        }
+    }
 }
 
 /// `nvmlClocksEventReasons` bits, by name.
@@ -103,43 +171,6 @@ impl RecoveryAction {
     }
 }
 
-/// The NVML functions a `hang` fault may name.
-pub const HANGABLE_CALLS: &[&str] = &[
-    "*",
-    "nvmlDeviceGetHandleByIndex_v2",
-    "nvmlDeviceGetName",
-    "nvmlDeviceGetUUID",
-    "nvmlDeviceGetPciInfo_v3",
-    "nvmlDeviceGetMemoryInfo_v2",
-    "nvmlDeviceGetUtilizationRates",
-    "nvmlDeviceGetPowerUsage",
-    "nvmlDeviceGetTotalEnergyConsumption",
-    "nvmlDeviceGetEnforcedPowerLimit",
-    "nvmlDeviceGetTemperature",
-    "nvmlDeviceGetTemperatureThreshold",
-    "nvmlDeviceGetClockInfo",
-    "nvmlDeviceGetMaxClockInfo",
-    "nvmlDeviceGetEncoderUtilization",
-    "nvmlDeviceGetDecoderUtilization",
-    "nvmlDeviceGetPcieThroughput",
-    "nvmlDeviceGetPcieReplayCounter",
-    "nvmlDeviceGetEccMode",
-    "nvmlDeviceGetTotalEccErrors",
-    "nvmlDeviceGetRetiredPages",
-    "nvmlDeviceGetRetiredPages_v2",
-    "nvmlDeviceGetRetiredPagesPendingStatus",
-    "nvmlDeviceGetRemappedRows",
-    "nvmlDeviceGetFieldValues",
-    "nvmlDeviceGetCurrentClocksEventReasons",
-    "nvmlDeviceGetCurrentClocksThrottleReasons",
-    "nvmlDeviceGetPerformanceState",
-    "nvmlDeviceGetMigDeviceHandleByIndex",
-    "nvmlDeviceGetComputeRunningProcesses_v3",
-    "nvmlDeviceGetProcessUtilization",
-    "nvmlGpmSampleGet",
-    "nvmlGpmMigSampleGet",
-];
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFault {
@@ -147,6 +178,7 @@ struct RawFault {
     xid: Option<u64>,
     lost: Option<bool>,
     hang: Option<RawHang>,
+    error: Option<RawError>,
     ecc_errors: Option<RawEcc>,
     temperature_ramp: Option<RawRamp>,
     clock_events: Option<RawClockEvents>,
@@ -162,6 +194,15 @@ struct RawFault {
 struct RawHang {
     call: String,
     for_s: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawError {
+    call: String,
+    code: ErrorCode,
+    for_s: f64,
+    mig: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -227,6 +268,12 @@ impl TryFrom<RawFault> for Fault {
         if let Some(h) = raw.hang {
             kinds.push(("hang", FaultKind::Hang { call: h.call, for_s: h.for_s }));
         }
+        if let Some(e) = raw.error {
+            kinds.push((
+                "error",
+                FaultKind::Error(ErrorFault { call: e.call, code: e.code, for_s: e.for_s, mig: e.mig }),
+            ));
+        }
         if let Some(e) = raw.ecc_errors {
             kinds.push(("ecc_errors", FaultKind::EccErrors { corrected: e.corrected, uncorrected: e.uncorrected }));
         }
@@ -266,7 +313,7 @@ impl TryFrom<RawFault> for Fault {
         }
         match kinds.len() {
             1 => Ok(Fault { at_s: raw.at_s, kind: kinds.remove(0).1 }),
-            0 => Err("a fault needs one of xid, lost, hang, ecc_errors, temperature_ramp, clock_events, \
+            0 => Err("a fault needs one of xid, lost, hang, error, ecc_errors, temperature_ramp, clock_events, \
                       remapped_rows, retired_pages, recovery_action, pcie_replays, reset"
                 .into()),
             _ => Err(format!(
@@ -278,20 +325,39 @@ impl TryFrom<RawFault> for Fault {
 }
 
 impl Fault {
-    /// Checks the fault against the GPU it is scheduled on; the error is
-    /// `(field within the fault, reason)`.
-    pub fn validate(&self, model: &Model, ecc_enabled: bool) -> Result<(), (String, String)> {
+    /// Checks the fault against the GPU it is scheduled on (`mig_instances`: how many
+    /// MIG devices it has); the error is `(field within the fault, reason)`.
+    pub fn validate(&self, model: &Model, ecc_enabled: bool, mig_instances: usize) -> Result<(), (String, String)> {
         let err = |field: &str, reason: String| Err((field.to_string(), reason));
         if !(self.at_s.is_finite() && self.at_s >= 0.0) {
             return err("at_s", format!("{} is not a time >= 0", self.at_s));
         }
         match &self.kind {
             FaultKind::Hang { call, for_s } => {
-                if !HANGABLE_CALLS.contains(&call.as_str()) {
-                    return err("hang.call", format!("{call:?} is not one of: {}", HANGABLE_CALLS.join(", ")));
+                if !DEVICE_CALLS.contains(&call.as_str()) {
+                    return err("hang.call", format!("{call:?} is not one of: {}", DEVICE_CALLS.join(", ")));
                 }
                 if !(for_s.is_finite() && *for_s > 0.0) {
                     return err("hang.for_s", format!("{for_s} must be > 0"));
+                }
+            }
+            FaultKind::Error(e) => {
+                if !DEVICE_CALLS.contains(&e.call.as_str()) {
+                    return err("error.call", format!("{:?} is not one of: {}", e.call, DEVICE_CALLS.join(", ")));
+                }
+                if !(e.for_s.is_finite() && e.for_s > 0.0) {
+                    return err("error.for_s", format!("{} must be > 0", e.for_s));
+                }
+                if let Some(m) = e.mig {
+                    if m as usize >= mig_instances {
+                        return err("error.mig", format!("the GPU has {mig_instances} MIG devices; there is no {m}"));
+                    }
+                    if e.call != "*" && !mig_handle_answers(&e.call) {
+                        return err(
+                            "error.call",
+                            format!("a MIG device handle answers {} with NOT_SUPPORTED anyway", e.call),
+                        );
+                    }
                 }
             }
             FaultKind::EccErrors { .. } if !ecc_enabled => {
@@ -352,18 +418,37 @@ mod tests {
     fn hang_must_name_a_known_call() {
         let h100 = models::find("H100-SXM5-80GB").unwrap();
         let f = parse("{at_s: 1, hang: {call: nvmlDeviceGetFoo, for_s: 2}}").unwrap();
-        assert_eq!(f.validate(h100, true).unwrap_err().0, "hang.call");
+        assert_eq!(f.validate(h100, true, 0).unwrap_err().0, "hang.call");
         let f = parse("{at_s: 1, hang: {call: nvmlDeviceGetPowerUsage, for_s: 2}}").unwrap();
-        assert!(f.validate(h100, true).is_ok());
+        assert!(f.validate(h100, true, 0).is_ok());
     }
 
     #[test]
     fn faults_the_hardware_cannot_have_are_refused() {
         let rtx = models::find("RTX-4090-24GB").unwrap();
         let f = parse("{at_s: 1, ecc_errors: {uncorrected: 1}}").unwrap();
-        assert_eq!(f.validate(rtx, false).unwrap_err().0, "ecc_errors");
+        assert_eq!(f.validate(rtx, false, 0).unwrap_err().0, "ecc_errors");
         let a100 = models::find("A100-SXM4-80GB").unwrap();
         let f = parse("{at_s: 1, retired_pages: {double_bit: 1}}").unwrap();
-        assert!(f.validate(a100, true).unwrap_err().1.contains("row remapping"));
+        assert!(f.validate(a100, true, 0).unwrap_err().1.contains("row remapping"));
+    }
+
+    #[test]
+    fn errors_name_a_call_a_code_and_a_handle() {
+        let h100 = models::find("H100-SXM5-80GB").unwrap();
+        let f = parse("{at_s: 2, error: {call: nvmlDeviceGetEccMode, code: TIMEOUT, for_s: 3}}").unwrap();
+        let FaultKind::Error(e) = &f.kind else { panic!("{f:?}") };
+        assert_eq!((e.code.code(), e.mig), (10, None));
+        assert!(f.validate(h100, true, 0).is_ok());
+        let err = parse("{at_s: 2, error: {call: nvmlDeviceGetEccMode, code: OOPS, for_s: 3}}").unwrap_err();
+        assert!(err.contains("unknown variant `OOPS`"), "{err}");
+        let on_mig = parse("{at_s: 0, error: {call: nvmlDeviceGetMemoryInfo_v2, code: UNKNOWN, for_s: 1, mig: 2}}");
+        let on_mig = on_mig.unwrap();
+        assert!(on_mig.validate(h100, true, 3).is_ok());
+        assert_eq!(on_mig.validate(h100, true, 2).unwrap_err().0, "error.mig");
+        let gpu_wide = parse("{at_s: 0, error: {call: nvmlDeviceGetPowerUsage, code: UNKNOWN, for_s: 1, mig: 0}}");
+        let (field, reason) = gpu_wide.unwrap().validate(h100, true, 1).unwrap_err();
+        assert_eq!(field, "error.call");
+        assert!(reason.contains("NOT_SUPPORTED anyway"), "{reason}");
     }
 }

@@ -5,6 +5,13 @@
 //! `mig: {instances: [{profile: 4g.40gb}, {profile: 1g.10gb}, ...]}` lists them. Each
 //! GPU instance holds one compute instance of the same size. Layouts are checked
 //! against the GPU's seven compute and eight memory slices.
+//!
+//! `extra_profiles` gives the GPU profiles a newer driver offers beyond the model's
+//! table (the `-me`, `+me.all` and `+gfx` variants, or profile indices past
+//! `NVML_GPU_INSTANCE_PROFILE_COUNT`), each with its profile index, the driver's
+//! profile id and its size. Their ids are the scenario's own, not a real driver's: the
+//! point is to show a consumer a profile table it has not seen, and a consumer must
+//! treat ids as opaque anyway.
 
 use serde::Deserialize;
 
@@ -17,6 +24,30 @@ pub struct MigSpec {
     pub layout: Option<String>,
     #[serde(default)]
     pub instances: Vec<InstanceSpec>,
+    #[serde(default)]
+    pub extra_profiles: Vec<ProfileSpec>,
+}
+
+/// A profile of a newer driver, as the scenario describes it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileSpec {
+    /// Without the `MIG ` prefix, e.g. `1g.10gb-me`.
+    pub name: String,
+    /// `NVML_GPU_INSTANCE_PROFILE_*` value (may be past the count this NVML knows).
+    pub index: u32,
+    /// The driver's profile id (`nvidia-smi mig -lgip` ID column).
+    pub id: u32,
+    pub compute_slices: u32,
+    pub memory_slices: u32,
+    pub memory_mib: u64,
+    #[serde(default = "default_instances")]
+    pub max_instances: u32,
+    pub multiprocessors: Option<u32>,
+}
+
+fn default_instances() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -56,15 +87,60 @@ pub struct MigInstance {
     pub values: InstanceValues,
 }
 
-/// Resolves a MIG spec for GPU `gpu_index`; the error is (field, reason).
-pub fn resolve(spec: MigSpec, model: &Model, gpu_index: u32) -> Result<Vec<MigInstance>, (String, String)> {
-    let profiles = mig_profiles(model);
-    if profiles.is_empty() {
+/// The model's profiles plus the spec's extra ones; the error is (field, reason).
+fn resolve_profiles(extra: &[ProfileSpec], model: &Model) -> Result<Vec<MigProfile>, (String, String)> {
+    let mut profiles = mig_profiles(model).to_vec();
+    for (i, p) in extra.iter().enumerate() {
+        let field = |name: &str| format!("mig.extra_profiles[{i}].{name}");
+        if p.name.is_empty() || p.name.len() >= 90 || p.name.starts_with("MIG ") {
+            return Err((field("name"), format!("{:?}: 1 to 89 characters, without the `MIG ` prefix", p.name)));
+        }
+        if let Some(other) = profiles.iter().find(|o| o.name == p.name) {
+            return Err((field("name"), format!("{} is already a profile of this GPU", other.name)));
+        }
+        if let Some(other) = profiles.iter().find(|o| o.index == p.index) {
+            return Err((field("index"), format!("{} is already the index of {}", p.index, other.name)));
+        }
+        if let Some(other) = profiles.iter().find(|o| o.profile_id == p.id) {
+            return Err((field("id"), format!("{} is already the id of {}", p.id, other.name)));
+        }
+        if !(1..=MIG_COMPUTE_SLICES).contains(&p.compute_slices) {
+            return Err((field("compute_slices"), format!("{} is not in 1..={MIG_COMPUTE_SLICES}", p.compute_slices)));
+        }
+        if !(1..=MIG_MEMORY_SLICES).contains(&p.memory_slices) {
+            return Err((field("memory_slices"), format!("{} is not in 1..={MIG_MEMORY_SLICES}", p.memory_slices)));
+        }
+        if p.max_instances == 0 || p.max_instances > MIG_COMPUTE_SLICES {
+            return Err((field("max_instances"), format!("{} is not in 1..={MIG_COMPUTE_SLICES}", p.max_instances)));
+        }
+        profiles.push(MigProfile {
+            name: p.name.clone().into(),
+            index: p.index,
+            profile_id: p.id,
+            compute_slices: p.compute_slices,
+            memory_slices: p.memory_slices,
+            memory_mib: p.memory_mib,
+            multiprocessors: p.multiprocessors.unwrap_or(16 * p.compute_slices),
+            max_instances: p.max_instances,
+        });
+    }
+    Ok(profiles)
+}
+
+/// Resolves a MIG spec for GPU `gpu_index` into the GPU's profile table and its
+/// instances; the error is (field, reason).
+pub fn resolve(
+    spec: MigSpec,
+    model: &Model,
+    gpu_index: u32,
+) -> Result<(Vec<MigProfile>, Vec<MigInstance>), (String, String)> {
+    if mig_profiles(model).is_empty() {
         return Err(("mig".into(), format!("{} has no MIG", model.key)));
     }
+    let profiles = resolve_profiles(&spec.extra_profiles, model)?;
     let find = |name: &str, field: String| {
-        profiles.iter().find(|p| p.name == name).copied().ok_or_else(|| {
-            let known: Vec<&str> = profiles.iter().map(|p| p.name).collect();
+        profiles.iter().find(|p| p.name == name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = profiles.iter().map(|p| p.name.as_ref()).collect();
             (field, format!("{} has no MIG profile {name:?}; it has {}", model.key, known.join(", ")))
         })
     };
@@ -79,7 +155,7 @@ pub fn resolve(spec: MigSpec, model: &Model, gpu_index: u32) -> Result<Vec<MigIn
             let profile = find(name, "mig.layout".into())?;
             for _ in 0..profile.max_instances {
                 specs.push((
-                    profile,
+                    profile.clone(),
                     InstanceSpec { profile: name.into(), uuid: None, values: InstanceValues::default() },
                 ));
             }
@@ -105,6 +181,7 @@ pub fn resolve(spec: MigSpec, model: &Model, gpu_index: u32) -> Result<Vec<MigIn
     let mut instances = Vec::with_capacity(specs.len());
     for (i, (profile, spec)) in specs.into_iter().enumerate() {
         let index = i as u32;
+        let compute_slices = profile.compute_slices;
         let uuid = match spec.uuid {
             Some(u) if is_mig_uuid(&u) => u,
             Some(u) => {
@@ -143,9 +220,9 @@ pub fn resolve(spec: MigSpec, model: &Model, gpu_index: u32) -> Result<Vec<MigIn
             placement_start: start,
             values: spec.values,
         });
-        start += profile.compute_slices;
+        start += compute_slices;
     }
-    Ok(instances)
+    Ok((profiles, instances))
 }
 
 fn is_mig_uuid(text: &str) -> bool {
@@ -171,14 +248,15 @@ mod tests {
     #[test]
     fn the_seed_layouts_fit() {
         let h100 = find("H100-SXM5-80GB").unwrap();
-        assert_eq!(resolve(spec("layout: all-1g.10gb"), h100, 0).unwrap().len(), 7);
-        assert_eq!(resolve(spec("layout: all-2g.20gb"), h100, 0).unwrap().len(), 3);
-        assert_eq!(resolve(spec("layout: all-3g.40gb"), h100, 0).unwrap().len(), 2);
-        let mixed =
-            resolve(spec("instances: [{profile: 4g.40gb}, {profile: 1g.10gb}, {profile: 1g.10gb}]"), h100, 0).unwrap();
+        assert_eq!(resolve(spec("layout: all-1g.10gb"), h100, 0).unwrap().1.len(), 7);
+        assert_eq!(resolve(spec("layout: all-2g.20gb"), h100, 0).unwrap().1.len(), 3);
+        assert_eq!(resolve(spec("layout: all-3g.40gb"), h100, 0).unwrap().1.len(), 2);
+        let mixed = resolve(spec("instances: [{profile: 4g.40gb}, {profile: 1g.10gb}, {profile: 1g.10gb}]"), h100, 0)
+            .unwrap()
+            .1;
         assert_eq!(mixed.iter().map(|i| i.placement_start).collect::<Vec<_>>(), [0, 4, 5]);
         let h200 = find("H200-SXM-141GB").unwrap();
-        assert_eq!(resolve(spec("layout: all-1g.18gb"), h200, 0).unwrap().len(), 7);
+        assert_eq!(resolve(spec("layout: all-1g.18gb"), h200, 0).unwrap().1.len(), 7);
     }
 
     #[test]
@@ -195,12 +273,34 @@ mod tests {
     #[test]
     fn generated_uuids_are_distinct_and_well_formed() {
         let h100 = find("H100-SXM5-80GB").unwrap();
-        let a = resolve(spec("layout: all-1g.10gb"), h100, 0).unwrap();
-        let b = resolve(spec("layout: all-1g.10gb"), h100, 1).unwrap();
+        let a = resolve(spec("layout: all-1g.10gb"), h100, 0).unwrap().1;
+        let b = resolve(spec("layout: all-1g.10gb"), h100, 1).unwrap().1;
         let mut all: Vec<&str> = a.iter().chain(&b).map(|i| i.uuid.as_str()).collect();
         assert!(all.iter().all(|u| is_mig_uuid(u)), "{all:?}");
         all.sort();
         all.dedup();
         assert_eq!(all.len(), 14);
+    }
+
+    #[test]
+    fn extra_profiles_extend_the_table_and_can_be_used() {
+        let h100 = find("H100-SXM5-80GB").unwrap();
+        let (profiles, instances) = resolve(
+            spec(
+                "extra_profiles: [{name: 2g.20gb+me.all, index: 16, id: 48, compute_slices: 2, memory_slices: 2, memory_mib: 20096}]
+instances: [{profile: 2g.20gb+me.all}, {profile: 1g.10gb+me}]",
+            ),
+            h100,
+            0,
+        )
+        .unwrap();
+        assert_eq!(profiles.len(), 8);
+        assert_eq!((instances[0].profile.index, instances[0].profile.profile_id), (16, 48));
+        assert_eq!(instances[1].profile.index, 7);
+        let clash = "extra_profiles: [{name: x, index: 0, id: 99, compute_slices: 1, memory_slices: 1, memory_mib: 1}]
+layout: all-1g.10gb";
+        let err = resolve(spec(clash), h100, 0).unwrap_err();
+        assert_eq!(err.0, "mig.extra_profiles[0].index");
+        assert!(err.1.contains("1g.10gb"), "{err:?}");
     }
 }

@@ -183,6 +183,9 @@ pub struct Gpu {
     pub faults: Vec<Fault>,
     /// MIG instances when the GPU is in MIG mode.
     pub mig: Option<Vec<MigInstance>>,
+    /// The MIG profiles the driver offers on this GPU: the model's, plus any extra
+    /// ones the scenario gives (empty where the model has no MIG).
+    pub mig_profiles: Vec<crate::models::MigProfile>,
 }
 
 /// The parts of a PCI bus id.
@@ -302,12 +305,19 @@ fn resolve_gpu(index: u32, spec: GpuSpec) -> Result<Gpu, FieldError> {
     if !spec.counters.energy_joules.is_finite() || spec.counters.energy_joules < 0.0 {
         return Err(("counters.energy_joules".into(), "must be a finite number >= 0".into()));
     }
+    let (mig_profiles, mig) = match spec.mig {
+        Some(m) => {
+            let (profiles, instances) = mig::resolve(m, model, index)?;
+            (profiles, Some(instances))
+        }
+        None => (models::mig_profiles(model).to_vec(), None),
+    };
+    let mig_instances = mig.as_ref().map_or(0, Vec::len);
     let mut faults = spec.faults;
     for (i, fault) in faults.iter().enumerate() {
-        fault.validate(model, ecc_enabled).map_err(|(f, r)| (format!("faults[{i}].{f}"), r))?;
+        fault.validate(model, ecc_enabled, mig_instances).map_err(|(f, r)| (format!("faults[{i}].{f}"), r))?;
     }
     faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
-    let mig = spec.mig.map(|m| mig::resolve(m, model, index)).transpose()?;
     Ok(Gpu {
         index,
         model,
@@ -323,6 +333,7 @@ fn resolve_gpu(index: u32, spec: GpuSpec) -> Result<Gpu, FieldError> {
         counters: spec.counters,
         faults,
         mig,
+        mig_profiles,
     })
 }
 
