@@ -7,7 +7,10 @@
 //! (see [`scenario`]); scenario time comes from [`clock`].
 //!
 //! Layers, one-directional: [`scenario`] (file format and checks) -> [`node`] (values
-//! and fault state at time t) -> `ffi` (the exported C functions).
+//! and fault state at time t) -> `ffi` (the exported C functions). Every `unsafe` block
+//! says why it is sound (`SAFETY:`), which clippy enforces.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod calls;
 pub mod clock;
