@@ -12,7 +12,9 @@ use tracing_subscriber::EnvFilter;
 
 fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(level).with_context(|| format!("--log.level {level:?}"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only on a terminal: container logs and log pipelines get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.init(),

@@ -288,3 +288,15 @@ fn a_cross_check_is_refused_with_both_flags_before_any_client_is_built() {
     let args = Args::parse_from_args(["x", "--scrape-interval=1m", "--max-age=30s", "--direct-source=false"]).unwrap();
     assert!(gpu_metrics_adapter::app::check_flags(&args).is_ok(), "max-age only bounds the direct source");
 }
+
+#[test]
+fn a_refusal_through_the_log_is_plain_text_off_a_terminal() {
+    // A configuration refused after parsing goes through the log (tracing); piped into a
+    // container log it must carry no colour escapes.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gpu-metrics-adapter"));
+    command.env_clear().args(["--standalone", "--bind-address=127.0.0.1", "--secure-port=0"]);
+    let (code, stderr) = run_to_exit(command, Duration::from_secs(20));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--exporter-url"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "escape codes in {stderr:?}");
+}
