@@ -227,8 +227,12 @@ fn with_the_api_pods_carry_labels_and_an_ended_pod_leaves_while_the_kubelet_list
         "--health.enabled",
         "false",
     ]);
-    let text = wait_metrics(&node.exporter, "the watch to sync", |t| {
-        sample(t, "gpu_exporter_pod_watch_up", &[]) == Some(1.0) && owned(t, GPU0, "train")
+    // The watch reports up as soon as it has listed; the pods' labels reach the series at
+    // the next collection cycle, so wait for that cycle too (under load it can be late).
+    let text = wait_metrics(&node.exporter, "the watch to sync and a cycle to use it", |t| {
+        sample(t, "gpu_exporter_pod_watch_up", &[]) == Some(1.0)
+            && owned(t, GPU0, "train")
+            && samples(t, "gpu_pod_info").iter().any(|l| l.contains("pod=\"train\"") && l.contains("label_app="))
     });
     assert_eq!(sample(&text, "gpu_exporter_pod_watch_pods", &[]), Some(3.0));
     let info = samples(&text, "gpu_pod_info").into_iter().find(|l| l.contains("pod=\"train\"")).unwrap();
