@@ -11,15 +11,12 @@
 //! (`--nvml.call-timeout` below `--collect-interval`) is a cross-check in
 //! [`Args::validate`] with its own message.
 
-use std::ffi::OsStr;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
-use clap::builder::TypedValueParser;
 use clap::{Parser, ValueEnum};
+pub use flag_ranges::{Bounded, show_duration};
 
 /// Why the flags were refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -216,116 +213,6 @@ fn hostname() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// The value parser of a duration or number flag with a valid range: parses with
-/// `parse`, then refuses anything outside `min..=max`. Its refusal names the flag, its
-/// environment variable and the range, and clap adds the value:
-///
-/// ```text
-/// error: invalid value '500' for '--health.temperature-threshold <TEMPERATURE_THRESHOLD>':
-/// 500 is outside the valid range 60 to 105 (flag --health.temperature-threshold,
-/// variable TEMPERATURE_THRESHOLD)
-/// ```
-#[derive(Clone, Copy)]
-pub struct Bounded<T: 'static> {
-    parse: fn(&str) -> std::result::Result<T, String>,
-    show: fn(&T) -> String,
-    min: T,
-    max: T,
-}
-
-impl<T> fmt::Debug for Bounded<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Bounded").field("range", &self.range()).finish()
-    }
-}
-
-impl Bounded<Duration> {
-    /// A duration flag read by `parse` (each module keeps its own duration syntax).
-    pub fn duration(parse: fn(&str) -> std::result::Result<Duration, String>, min: Duration, max: Duration) -> Self {
-        Bounded { parse, show: |d| show_duration(*d), min, max }
-    }
-}
-
-impl<T: FromStr + fmt::Display> Bounded<T> {
-    /// A number flag (`u32`, `u64`, `f64`, ...).
-    pub fn number(min: T, max: T) -> Self {
-        Bounded { parse: parse_number::<T>, show: ToString::to_string, min, max }
-    }
-}
-
-impl<T> Bounded<T> {
-    /// The range as the help texts and docs state it, e.g. `100ms to 5m`.
-    pub fn range(&self) -> String {
-        format!("{} to {}", (self.show)(&self.min), (self.show)(&self.max))
-    }
-}
-
-impl<T: PartialOrd> Bounded<T> {
-    /// Parses and range-checks one value; the error says why and gives the range.
-    pub fn check(&self, text: &str) -> std::result::Result<T, String> {
-        let value = (self.parse)(text).map_err(|e| format!("{e}; valid: {}", self.range()))?;
-        if value >= self.min && value <= self.max {
-            Ok(value)
-        } else {
-            Err(format!("{} is outside the valid range {}", text.trim(), self.range()))
-        }
-    }
-}
-
-/// `flag --x, variable Y`: how a refusal names where a value came from. clap names only
-/// the flag, even when the value was read from the variable.
-fn argument_names(arg: Option<&clap::Arg>) -> String {
-    let Some(arg) = arg else { return "this argument".into() };
-    let flag = arg.get_long().map_or_else(|| arg.get_id().to_string(), |l| format!("--{l}"));
-    match arg.get_env() {
-        Some(env) => format!("flag {flag}, variable {}", env.to_string_lossy()),
-        None => format!("flag {flag}"),
-    }
-}
-
-impl<T: PartialOrd + Clone + Send + Sync + 'static> TypedValueParser for Bounded<T> {
-    type Value = T;
-
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        arg: Option<&clap::Arg>,
-        value: &OsStr,
-    ) -> std::result::Result<T, clap::Error> {
-        let this = self.clone();
-        let names = argument_names(arg);
-        let check = move |text: &str| this.check(text).map_err(|reason| format!("{reason} ({names})"));
-        check.parse_ref(cmd, arg, value)
-    }
-}
-
-fn parse_number<T: FromStr>(text: &str) -> std::result::Result<T, String> {
-    let kind = if "0.5".parse::<T>().is_ok() { "a number" } else { "a whole number" };
-    text.trim().parse::<T>().map_err(|_| format!("{text:?} is not {kind}"))
-}
-
-/// A duration the way the flags are written: `0s`, `250ms`, `5s`, `1m30s`, `2h`.
-pub fn show_duration(d: Duration) -> String {
-    if d.is_zero() {
-        return "0s".into();
-    }
-    let mut out = String::new();
-    let total_ms = d.as_millis();
-    let (h, rest) = (total_ms / 3_600_000, total_ms % 3_600_000);
-    let (m, rest) = (rest / 60_000, rest % 60_000);
-    let (s, ms) = (rest / 1000, rest % 1000);
-    for (n, unit) in [(h, "h"), (m, "m"), (s, "s"), (ms, "ms")] {
-        if n > 0 {
-            out.push_str(&format!("{n}{unit}"));
-        }
-    }
-    if out.is_empty() {
-        // Below a millisecond: no flag is that fine-grained, but say something true.
-        out = format!("{}ns", d.as_nanos());
-    }
-    out
-}
-
 /// Parses Go-style durations: `500ms`, `5s`, `1m30s`, `2h`.
 pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
     let err = || format!("{text:?} is not a duration like 500ms, 5s, 1m30s");
@@ -423,23 +310,6 @@ mod tests {
                 assert_eq!(parse_duration(text), Ok(d), "{text} reads back");
             }
         }
-    }
-
-    #[test]
-    fn bounded_values_name_the_range() {
-        let b = Bounded::number(1u32, 20);
-        assert_eq!(b.range(), "1 to 20");
-        assert_eq!(b.check("20"), Ok(20));
-        assert_eq!(b.check("21").unwrap_err(), "21 is outside the valid range 1 to 20");
-        assert_eq!(b.check("1.5").unwrap_err(), "\"1.5\" is not a whole number; valid: 1 to 20");
-        assert_eq!(b.check("-1").unwrap_err(), "\"-1\" is not a whole number; valid: 1 to 20");
-        let f = Bounded::number(0.0f64, 1.0);
-        assert!(f.check("NaN").is_err(), "NaN is in no range");
-        assert_eq!(f.check("x").unwrap_err(), "\"x\" is not a number; valid: 0 to 1");
-        assert_eq!(f.check("0.5"), Ok(0.5));
-        let d = Bounded::duration(parse_duration, Duration::from_millis(100), Duration::from_secs(300));
-        assert_eq!(d.range(), "100ms to 5m");
-        assert!(d.check("0s").unwrap_err().contains("0s is outside the valid range 100ms to 5m"));
     }
 
     #[test]

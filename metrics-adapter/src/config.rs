@@ -11,15 +11,12 @@
 //! `--tls-cert-validity` at most a third of `--tls-ca-validity`) are cross-checks with
 //! their own messages, in `app.rs` and `serving_cert`.
 
-use std::ffi::OsStr;
-use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
-use clap::builder::TypedValueParser;
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
+pub use flag_ranges::{Bounded, show_duration};
 
 /// Parses `500ms`, `15s`, `2m`, `1h`, or combinations such as `1m30s`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -48,90 +45,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         rest = &rest[unit_len..];
     }
     Ok(total)
-}
-
-/// The value parser of a duration or number flag with a valid range: parses with
-/// `parse`, then refuses anything outside `min..=max`. The refusal names the flag, its
-/// environment variable and the range (clap alone names only the flag, even for a value
-/// read from the variable).
-#[derive(Clone, Copy)]
-pub struct Bounded<T: 'static> {
-    parse: fn(&str) -> Result<T, String>,
-    show: fn(&T) -> String,
-    min: T,
-    max: T,
-}
-
-impl<T> fmt::Debug for Bounded<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Bounded").field("range", &self.range()).finish()
-    }
-}
-
-impl Bounded<Duration> {
-    /// A duration flag, read by [`parse_duration`].
-    pub fn duration(min: Duration, max: Duration) -> Self {
-        Bounded { parse: parse_duration, show: |d| show_duration(*d), min, max }
-    }
-}
-
-impl<T: FromStr + fmt::Display> Bounded<T> {
-    /// A whole-number flag.
-    pub fn number(min: T, max: T) -> Self {
-        Bounded {
-            parse: |text| text.trim().parse::<T>().map_err(|_| format!("{text:?} is not a whole number")),
-            show: ToString::to_string,
-            min,
-            max,
-        }
-    }
-}
-
-impl<T> Bounded<T> {
-    /// The range as help texts and the README state it, e.g. `100ms to 5m`.
-    pub fn range(&self) -> String {
-        format!("{} to {}", (self.show)(&self.min), (self.show)(&self.max))
-    }
-}
-
-impl<T: PartialOrd> Bounded<T> {
-    /// Parses and range-checks one value; the error says why and gives the range.
-    pub fn check(&self, text: &str) -> Result<T, String> {
-        let value = (self.parse)(text).map_err(|e| format!("{e}; valid: {}", self.range()))?;
-        if value >= self.min && value <= self.max {
-            Ok(value)
-        } else {
-            Err(format!("{} is outside the valid range {}", text.trim(), self.range()))
-        }
-    }
-}
-
-impl<T: PartialOrd + Clone + Send + Sync + 'static> TypedValueParser for Bounded<T> {
-    type Value = T;
-
-    fn parse_ref(&self, cmd: &clap::Command, arg: Option<&clap::Arg>, value: &OsStr) -> Result<T, clap::Error> {
-        let names = match arg {
-            None => "this argument".to_owned(),
-            Some(arg) => {
-                let flag = arg.get_long().map_or_else(|| arg.get_id().to_string(), |l| format!("--{l}"));
-                match arg.get_env() {
-                    Some(env) => format!("flag {flag}, variable {}", env.to_string_lossy()),
-                    None => format!("flag {flag}"),
-                }
-            }
-        };
-        let this = self.clone();
-        let check = move |text: &str| this.check(text).map_err(|reason| format!("{reason} ({names})"));
-        check.parse_ref(cmd, arg, value)
-    }
-}
-
-/// A duration the way the flags are written: `0s`, `250ms`, `15s`, `1m30s`, `43800h`.
-pub fn show_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    let parts = [(ms / 3_600_000, "h"), (ms / 60_000 % 60, "m"), (ms / 1000 % 60, "s"), (ms % 1000, "ms")];
-    let text: String = parts.iter().filter(|(n, _)| *n > 0).map(|(n, unit)| format!("{n}{unit}")).collect();
-    if text.is_empty() { "0s".to_owned() } else { text }
 }
 
 const fn ms(n: u64) -> Duration {
@@ -212,7 +125,7 @@ pub struct Args {
     pub tls_private_key_file: Option<PathBuf>,
     /// How often the certificate files are checked for changes, 100ms to 1h. A check is
     /// a stat of two files; an hour is well inside any certificate's renewal window.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_RELOAD_INTERVAL", value_parser = Bounded::duration(ms(100), secs(HOUR)), default_value = "10s")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_RELOAD_INTERVAL", value_parser = Bounded::duration(parse_duration, ms(100), secs(HOUR)), default_value = "10s")]
     pub tls_reload_interval: Duration,
     /// Names and IPs of the certificate the adapter makes itself (with --tls-secret-name,
     /// or the throwaway one made when neither that nor --tls-cert-file is given).
@@ -240,15 +153,15 @@ pub struct Args {
     pub tls_ca_bundle_apiservices: Vec<String>,
     /// Lifetime of a CA the adapter makes (rotated when a third is left), 9s to 87600h
     /// (10 years, kubeadm's CA lifetime), and at least three times --tls-cert-validity.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_CA_VALIDITY", value_parser = Bounded::duration(secs(9), secs(87600 * HOUR)), default_value = "43800h")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_CA_VALIDITY", value_parser = Bounded::duration(parse_duration, secs(9), secs(87600 * HOUR)), default_value = "43800h")]
     pub tls_ca_validity: Duration,
     /// Lifetime of a serving certificate the adapter makes (renewed when a third is left),
     /// 3s to 29200h (a third of the longest CA), and at most a third of --tls-ca-validity.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_CERT_VALIDITY", value_parser = Bounded::duration(secs(3), secs(29200 * HOUR)), default_value = "8760h")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_CERT_VALIDITY", value_parser = Bounded::duration(parse_duration, secs(3), secs(29200 * HOUR)), default_value = "8760h")]
     pub tls_cert_validity: Duration,
     /// How often the Secret and the APIServices are checked, 100ms to 1h; a next CA signs
     /// only after it has been in every APIService for two of these.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_SECRET_CHECK_INTERVAL", value_parser = Bounded::duration(ms(100), secs(HOUR)), default_value = "1m")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_SECRET_CHECK_INTERVAL", value_parser = Bounded::duration(parse_duration, ms(100), secs(HOUR)), default_value = "1m")]
     pub tls_secret_check_interval: Duration,
 
     /// Run without any Kubernetes API: authentication from files only, no TokenReview, no
@@ -262,7 +175,7 @@ pub struct Args {
     /// Deadline for each request to the Kubernetes API, 1s to 5m. The aggregator gives up
     /// on a metrics request after a minute; a TokenReview or SubjectAccessReview slower
     /// than that is not answering.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_KUBE_API_TIMEOUT", value_parser = Bounded::duration(secs(1), secs(300)), default_value = "10s")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_KUBE_API_TIMEOUT", value_parser = Bounded::duration(parse_duration, secs(1), secs(300)), default_value = "10s")]
     pub kube_api_timeout: Duration,
 
     /// CA bundle for client certificates (user = CN, groups = O). Overrides the ConfigMap.
@@ -311,19 +224,19 @@ pub struct Args {
     pub authentication_skip_lookup: bool,
     /// How often authentication settings (ConfigMap and CA files) are re-read, 100ms to
     /// 1h. A rotated front-proxy or client CA is trusted at most this late.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_CONFIG_REFRESH", value_parser = Bounded::duration(ms(100), secs(HOUR)), default_value = "60s")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_CONFIG_REFRESH", value_parser = Bounded::duration(parse_duration, ms(100), secs(HOUR)), default_value = "60s")]
     pub authentication_config_refresh: Duration,
     /// How long TokenReview answers are cached, 0s to 1h (0s: not cached). A revoked token
     /// keeps working this long.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_TOKEN_CACHE_TTL", value_parser = Bounded::duration(secs(0), secs(HOUR)), default_value = "10s")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_TOKEN_CACHE_TTL", value_parser = Bounded::duration(parse_duration, secs(0), secs(HOUR)), default_value = "10s")]
     pub authentication_token_cache_ttl: Duration,
     /// How long SubjectAccessReview allows are cached, 0s to 1h (0s: not cached). A
     /// withdrawn permission keeps working this long.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_ALLOW_TTL", value_parser = Bounded::duration(secs(0), secs(HOUR)), default_value = "10s")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_ALLOW_TTL", value_parser = Bounded::duration(parse_duration, secs(0), secs(HOUR)), default_value = "10s")]
     pub authorization_cache_allow_ttl: Duration,
     /// How long SubjectAccessReview denials are cached, 0s to 1h (0s: not cached). A
     /// granted permission takes this long to work.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_DENY_TTL", value_parser = Bounded::duration(secs(0), secs(HOUR)), default_value = "10s")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_DENY_TTL", value_parser = Bounded::duration(parse_duration, secs(0), secs(HOUR)), default_value = "10s")]
     pub authorization_cache_deny_ttl: Duration,
 
     /// Serve GPU metrics scraped directly from the exporters.
@@ -355,11 +268,11 @@ pub struct Args {
     pub exporter_bearer_token_file: Option<PathBuf>,
     /// Time between scrapes of all exporters, 100ms to 5m. The exporters collect every 5s
     /// and the HPA syncs every 15s; above 5m the HPA scales on stale load.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_INTERVAL", value_parser = Bounded::duration(ms(100), secs(300)), default_value = "15s")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_INTERVAL", value_parser = Bounded::duration(parse_duration, ms(100), secs(300)), default_value = "15s")]
     pub scrape_interval: Duration,
     /// Deadline for one exporter's answer, 100ms to 5m. An exporter renders its last
     /// snapshot and answers in milliseconds; one that takes minutes is down.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_TIMEOUT", value_parser = Bounded::duration(ms(100), secs(300)), default_value = "5s")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_TIMEOUT", value_parser = Bounded::duration(parse_duration, ms(100), secs(300)), default_value = "5s")]
     pub scrape_timeout: Duration,
     /// Largest exporter payload accepted, bytes, 4096 to 1073741824 (4 KiB to 1 GiB). An
     /// 8-GPU node's page is tens of KiB; the cap bounds memory per scrape.
@@ -372,7 +285,7 @@ pub struct Args {
     /// Values older than this are not served (missing, never zero), 1s to 15m, and at least
     /// --scrape-interval. The HPA scales on what it is served; older than 15 minutes is
     /// not the current load.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_AGE", value_parser = Bounded::duration(secs(1), secs(900)), default_value = "45s")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_AGE", value_parser = Bounded::duration(parse_duration, secs(1), secs(900)), default_value = "45s")]
     pub max_age: Duration,
 
     /// Prometheus-compatible query API base URL; enables the Prometheus source.
@@ -383,7 +296,7 @@ pub struct Args {
     pub prometheus_rules_file: Option<PathBuf>,
     /// Deadline for one Prometheus query, 100ms to 5m (Prometheus' own default query
     /// timeout is 2m).
-    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_TIMEOUT", value_parser = Bounded::duration(ms(100), secs(300)), default_value = "5s")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_TIMEOUT", value_parser = Bounded::duration(parse_duration, ms(100), secs(300)), default_value = "5s")]
     pub prometheus_timeout: Duration,
     /// Largest Prometheus answer accepted, bytes, 4096 to 1073741824 (4 KiB to 1 GiB).
     #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_MAX_BYTES", default_value_t = 32 << 20, value_parser = Bounded::number(4 * KIB, GIB))]
@@ -406,7 +319,7 @@ pub struct Args {
     pub max_request_header_bytes: usize,
     /// How long open connections may finish at shutdown, 0s to 5m (0s: close at once).
     /// Past the pod's termination grace period the kubelet kills the adapter anyway.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_SHUTDOWN_DRAIN", value_parser = Bounded::duration(secs(0), secs(300)), default_value = "20s")]
+    #[arg(long, env = "GPU_METRICS_ADAPTER_SHUTDOWN_DRAIN", value_parser = Bounded::duration(parse_duration, secs(0), secs(300)), default_value = "20s")]
     pub shutdown_drain: Duration,
 
     /// Log format.
@@ -469,9 +382,6 @@ mod tests {
         }
         let text = Args::parse_from_args(["x", "--scrape-concurrency=0"]).unwrap_err().to_string();
         assert!(text.contains("0 is outside the valid range 1 to 5000"), "{text}");
-        let b = Bounded::number(1usize, 5000);
-        assert_eq!(b.check("5000"), Ok(5000));
-        assert!(b.check("-1").unwrap_err().ends_with("; valid: 1 to 5000"));
     }
 
     #[test]
