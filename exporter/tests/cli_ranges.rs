@@ -18,34 +18,13 @@
 mod common;
 mod health_support;
 
-use std::any::TypeId;
-use std::io::Read as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clap::{CommandFactory as _, Parser as _};
+use flag_ranges::table::{self, Row, row, run_to_exit};
 use gpu_exporter::config::Args;
 use health_support::{FakeApi, gpu_node};
-
-/// One flag: its name, variable, range as stated, the two bounds (accepted) and a value
-/// just outside each bound (refused).
-struct Row {
-    flag: &'static str,
-    env: &'static str,
-    range: &'static str,
-    inside: [&'static str; 2],
-    outside: [&'static str; 2],
-}
-
-const fn row(
-    flag: &'static str,
-    env: &'static str,
-    range: &'static str,
-    inside: [&'static str; 2],
-    outside: [&'static str; 2],
-) -> Row {
-    Row { flag, env, range, inside, outside }
-}
 
 const ROWS: &[Row] = &[
     row("collect-interval", "GPU_EXPORTER_COLLECT_INTERVAL", "100ms to 5m", ["100ms", "5m"], ["99ms", "5m1ms"]),
@@ -80,52 +59,13 @@ const ROWS: &[Row] = &[
     row("health.api-timeout", "GPU_EXPORTER_HEALTH_API_TIMEOUT", "1s to 2m", ["1s", "2m"], ["999ms", "121"]),
 ];
 
-/// Value types that make an argument a duration or number flag.
-fn is_numeric(id: &clap::builder::ValueParser) -> bool {
-    let id = id.type_id();
-    [
-        TypeId::of::<Duration>(),
-        TypeId::of::<u8>(),
-        TypeId::of::<u16>(),
-        TypeId::of::<u32>(),
-        TypeId::of::<u64>(),
-        TypeId::of::<usize>(),
-        TypeId::of::<i8>(),
-        TypeId::of::<i16>(),
-        TypeId::of::<i32>(),
-        TypeId::of::<i64>(),
-        TypeId::of::<isize>(),
-        TypeId::of::<f32>(),
-        TypeId::of::<f64>(),
-    ]
-    .iter()
-    .any(|t| id == *t)
-}
-
 fn parse(flag: &str, value: &str) -> Result<Args, clap::Error> {
     Args::try_parse_from(["gpu-exporter".to_owned(), format!("--{flag}={value}")])
 }
 
 #[test]
 fn every_duration_and_number_flag_has_a_row_and_every_row_a_flag() {
-    let command = Args::command();
-    let mut numeric = Vec::new();
-    for arg in command.get_arguments() {
-        if is_numeric(arg.get_value_parser()) {
-            let long = arg.get_long().expect("every flag has a long name");
-            numeric.push(long.to_owned());
-            let row = ROWS.iter().find(|r| r.flag == long);
-            let row = row.unwrap_or_else(|| panic!("--{long} takes a duration or number but has no row in ROWS"));
-            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
-            assert_eq!(env.as_deref(), Some(row.env), "--{long}: its variable");
-            let help = arg.get_long_help().or(arg.get_help()).map(ToString::to_string).unwrap_or_default();
-            assert!(help.contains(row.range), "--{long}: the help text does not state the range {}: {help}", row.range);
-        }
-    }
-    for row in ROWS {
-        assert!(numeric.iter().any(|n| n == row.flag), "row --{} is not a duration or number flag", row.flag);
-    }
-    assert_eq!(numeric.len(), ROWS.len());
+    table::check_rows_cover(&Args::command(), ROWS);
     Args::try_parse_from(["gpu-exporter"]).expect("every default is inside its range");
 }
 
@@ -153,70 +93,23 @@ fn every_range_is_in_the_docs() {
 
 #[test]
 fn each_bound_is_accepted_and_just_outside_is_refused_naming_flag_variable_and_range() {
-    for row in ROWS {
-        for value in row.inside {
-            if let Err(e) = parse(row.flag, value) {
-                panic!("--{}={value} is at a bound of {} and must be accepted: {e}", row.flag, row.range);
-            }
-        }
-        for value in row.outside {
-            let err = match parse(row.flag, value) {
-                Ok(_) => panic!("--{}={value} is outside {} and must be refused", row.flag, row.range),
-                Err(e) => e,
-            };
-            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "--{}={value}", row.flag);
-            let text = err.to_string();
-            for part in [format!("--{}", row.flag), row.env.to_owned(), row.range.to_owned(), format!("'{value}'")] {
-                assert!(text.contains(&part), "--{}={value}: the refusal lacks {part:?}: {text}", row.flag);
-            }
-        }
-    }
-}
-
-/// Runs a command to its end, killing it (and failing) if it is still running after
-/// `limit`: an accepted value would start the exporter and keep it running.
-fn run_to_exit(mut command: Command, limit: Duration) -> (Option<i32>, String) {
-    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            let mut stderr = String::new();
-            let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
-            panic!("{command:?} did not exit within {limit:?} (so it was not refused); stderr:\n{stderr}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    (status.code(), stderr)
+    table::check_bounds(ROWS, parse);
 }
 
 #[test]
 fn out_of_range_values_from_the_environment_stop_the_binary_naming_flag_variable_and_range() {
-    for row in ROWS {
-        for value in row.outside {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_gpu-exporter"));
-            // Nothing else from the test's environment; should the value be accepted,
-            // the exporter starts on a free loopback port and is killed by run_to_exit.
-            command
-                .env_clear()
-                .env(row.env, value)
-                .env("GPU_EXPORTER_WEB_LISTEN_ADDRESS", "127.0.0.1:0")
-                .env("GPU_EXPORTER_KUBERNETES_API", "off")
-                .env("KUBECONFIG", "/nonexistent/kubeconfig");
-            let (code, stderr) = run_to_exit(command, Duration::from_secs(20));
-            assert_eq!(code, Some(2), "{}={value}: {stderr}", row.env);
-            for part in [format!("--{}", row.flag), row.env.to_owned(), row.range.to_owned()] {
-                assert!(stderr.contains(&part), "{}={value}: the refusal lacks {part:?}: {stderr}", row.env);
-            }
-        }
-    }
+    table::check_refused_from_env(ROWS, |row, value| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gpu-exporter"));
+        // Nothing else from the test's environment; should the value be accepted, the
+        // exporter starts on a free loopback port and is killed by run_to_exit.
+        command
+            .env_clear()
+            .env(row.env, value)
+            .env("GPU_EXPORTER_WEB_LISTEN_ADDRESS", "127.0.0.1:0")
+            .env("GPU_EXPORTER_KUBERNETES_API", "off")
+            .env("KUBECONFIG", "/nonexistent/kubeconfig");
+        command
+    });
 }
 
 // ---- no API request after a refusal -----------------------------------------------------

@@ -10,7 +10,8 @@
 //!
 //! clap alone names only the flag, even when the value was read from its environment
 //! variable; [`Bounded`] adds the variable and the range. Each binary keeps its own
-//! duration syntax for now and passes its parser in.
+//! duration syntax for now and passes its parser in. [`table`] holds the checks each
+//! binary's table-driven range test runs.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -18,6 +19,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use clap::builder::TypedValueParser;
+
+pub mod table;
 
 /// A clap value parser that parses with `parse`, then refuses anything outside
 /// `min..=max`.

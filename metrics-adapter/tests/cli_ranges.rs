@@ -10,34 +10,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::any::TypeId;
-use std::io::Read as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use clap::CommandFactory as _;
+use flag_ranges::table::{self, Row, row, run_to_exit};
 use gpu_metrics_adapter::config::{Args, Cli};
-
-/// One flag: its name, variable, range as stated, the two bounds (accepted) and a value
-/// just outside each bound (refused).
-struct Row {
-    flag: &'static str,
-    env: &'static str,
-    range: &'static str,
-    inside: [&'static str; 2],
-    outside: [&'static str; 2],
-}
-
-const fn row(
-    flag: &'static str,
-    env: &'static str,
-    range: &'static str,
-    inside: [&'static str; 2],
-    outside: [&'static str; 2],
-) -> Row {
-    Row { flag, env, range, inside, outside }
-}
 
 const ROWS: &[Row] = &[
     row("secure-port", "GPU_METRICS_ADAPTER_SECURE_PORT", "0 to 65535", ["0", "65535"], ["-1", "65536"]),
@@ -140,138 +119,43 @@ const ROWS: &[Row] = &[
     row("shutdown-drain", "GPU_METRICS_ADAPTER_SHUTDOWN_DRAIN", "0s to 5m", ["0s", "5m"], ["-1s", "5m1ms"]),
 ];
 
-/// Value types that make an argument a duration or number flag.
-fn is_numeric(parser: &clap::builder::ValueParser) -> bool {
-    let id = parser.type_id();
-    [
-        TypeId::of::<Duration>(),
-        TypeId::of::<u8>(),
-        TypeId::of::<u16>(),
-        TypeId::of::<u32>(),
-        TypeId::of::<u64>(),
-        TypeId::of::<usize>(),
-        TypeId::of::<i8>(),
-        TypeId::of::<i16>(),
-        TypeId::of::<i32>(),
-        TypeId::of::<i64>(),
-        TypeId::of::<isize>(),
-        TypeId::of::<f32>(),
-        TypeId::of::<f64>(),
-    ]
-    .iter()
-    .any(|t| id == *t)
-}
-
-/// Every argument of the binary, the subcommands' included.
-fn all_arguments(command: &clap::Command) -> Vec<clap::Arg> {
-    let mut out: Vec<clap::Arg> = command.get_arguments().cloned().collect();
-    for sub in command.get_subcommands() {
-        out.extend(all_arguments(sub));
-    }
-    out
-}
-
 fn parse(flag: &str, value: &str) -> Result<Args, clap::Error> {
     Args::parse_from_args(["gpu-metrics-adapter".to_owned(), format!("--{flag}={value}")])
 }
 
 #[test]
 fn every_duration_and_number_flag_has_a_row_and_every_row_a_flag() {
-    let command = Cli::command();
+    table::check_rows_cover(&Cli::command(), ROWS);
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let mut numeric = Vec::new();
-    for arg in all_arguments(&command) {
-        if !is_numeric(arg.get_value_parser()) {
-            continue;
-        }
-        let long = arg.get_long().expect("every flag has a long name").to_owned();
-        let row = ROWS.iter().find(|r| r.flag == long);
-        let row = row.unwrap_or_else(|| panic!("--{long} takes a duration or number but has no row in ROWS"));
-        let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
-        assert_eq!(env.as_deref(), Some(row.env), "--{long}: its variable");
-        let help = arg.get_long_help().or(arg.get_help()).map(ToString::to_string).unwrap_or_default();
-        assert!(help.contains(row.range), "--{long}: the help text does not state the range {}: {help}", row.range);
-        let table_row = format!("| `--{long}` | `{}` | {} |", row.env, row.range);
-        assert!(readme.contains(&table_row), "metrics-adapter/README.md lacks the row {table_row}");
-        numeric.push(long);
-    }
     for row in ROWS {
-        assert!(numeric.iter().any(|n| n == row.flag), "row --{} is not a duration or number flag", row.flag);
+        let table_row = format!("| `--{}` | `{}` | {} |", row.flag, row.env, row.range);
+        assert!(readme.contains(&table_row), "metrics-adapter/README.md lacks the row {table_row}");
     }
-    assert_eq!(numeric.len(), ROWS.len());
     Args::parse_from_args(["gpu-metrics-adapter"]).expect("every default is inside its range");
 }
 
 #[test]
 fn each_bound_is_accepted_and_just_outside_is_refused_naming_flag_variable_and_range() {
-    for row in ROWS {
-        for value in row.inside {
-            if let Err(e) = parse(row.flag, value) {
-                panic!("--{}={value} is at a bound of {} and must be accepted: {e}", row.flag, row.range);
-            }
-        }
-        for value in row.outside {
-            let err = match parse(row.flag, value) {
-                Ok(_) => panic!("--{}={value} is outside {} and must be refused", row.flag, row.range),
-                Err(e) => e,
-            };
-            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "--{}={value}", row.flag);
-            let text = err.to_string();
-            for part in [format!("--{}", row.flag), row.env.to_owned(), row.range.to_owned(), format!("'{value}'")] {
-                assert!(text.contains(&part), "--{}={value}: the refusal lacks {part:?}: {text}", row.flag);
-            }
-        }
-    }
-}
-
-/// Runs a command to its end, killing it (and failing) if it is still running after
-/// `limit`: an accepted value would start the adapter.
-fn run_to_exit(mut command: Command, limit: Duration) -> (Option<i32>, String) {
-    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            let mut stderr = String::new();
-            let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
-            panic!("{command:?} did not exit within {limit:?} (so it was not refused); stderr:\n{stderr}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    (status.code(), stderr)
+    table::check_bounds(ROWS, parse);
 }
 
 #[test]
 fn out_of_range_values_from_the_environment_stop_the_binary_naming_flag_variable_and_range() {
-    for row in ROWS {
-        for value in row.outside {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_gpu-metrics-adapter"));
-            // Nothing else from the test's environment; should the value be accepted, the
-            // adapter would start standalone on a free loopback port until run_to_exit
-            // kills it.
-            command
-                .env_clear()
-                .env(row.env, value)
-                .env("GPU_METRICS_ADAPTER_STANDALONE", "true")
-                .env("GPU_METRICS_ADAPTER_BIND_ADDRESS", "127.0.0.1")
-                .env("GPU_METRICS_ADAPTER_EXPORTER_URL", "http://127.0.0.1:9/metrics");
-            if row.env != "GPU_METRICS_ADAPTER_SECURE_PORT" {
-                command.env("GPU_METRICS_ADAPTER_SECURE_PORT", "0");
-            }
-            let (code, stderr) = run_to_exit(command, Duration::from_secs(20));
-            assert_eq!(code, Some(2), "{}={value}: {stderr}", row.env);
-            for part in [format!("--{}", row.flag), row.env.to_owned(), row.range.to_owned()] {
-                assert!(stderr.contains(&part), "{}={value}: the refusal lacks {part:?}: {stderr}", row.env);
-            }
+    table::check_refused_from_env(ROWS, |row, value| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gpu-metrics-adapter"));
+        // Nothing else from the test's environment; should the value be accepted, the
+        // adapter would start standalone on a free loopback port until run_to_exit kills it.
+        command
+            .env_clear()
+            .env(row.env, value)
+            .env("GPU_METRICS_ADAPTER_STANDALONE", "true")
+            .env("GPU_METRICS_ADAPTER_BIND_ADDRESS", "127.0.0.1")
+            .env("GPU_METRICS_ADAPTER_EXPORTER_URL", "http://127.0.0.1:9/metrics");
+        if row.env != "GPU_METRICS_ADAPTER_SECURE_PORT" {
+            command.env("GPU_METRICS_ADAPTER_SECURE_PORT", "0");
         }
-    }
+        command
+    });
 }
 
 #[test]
