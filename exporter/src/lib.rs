@@ -15,6 +15,7 @@ pub mod attribution;
 pub mod collect;
 pub mod config;
 pub mod health;
+pub mod kube_config;
 pub mod nvml;
 pub mod render;
 pub mod server;

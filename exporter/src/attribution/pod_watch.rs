@@ -10,7 +10,6 @@
 //! their own, and a relist follows as soon as the API answers again.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt as _;
@@ -24,10 +23,8 @@ use super::result::PodWatchHealth;
 /// Why no watch could be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum PodWatchError {
-    #[error("{path}: cannot read the kubeconfig: {message}")]
-    Kubeconfig { path: PathBuf, message: String },
-    #[error("no Kubernetes API configuration (not in a cluster, no kubeconfig): {0}")]
-    NoConfig(String),
+    #[error(transparent)]
+    Config(#[from] crate::kube_config::KubeConfigError),
     #[error("cannot build the Kubernetes client: {0}")]
     Client(String),
 }
@@ -109,16 +106,7 @@ impl PodWatch {
 /// Builds a client from `kubeconfig`, or from the environment (in-cluster service
 /// account, then `KUBECONFIG` / `~/.kube/config`).
 pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let bad = |message: String| PodWatchError::Kubeconfig { path: path.to_path_buf(), message };
-            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| bad(e.to_string()))?
-        }
-        None => kube::Config::infer().await.map_err(|e| PodWatchError::NoConfig(e.to_string()))?,
-    };
+    let config = crate::kube_config::find(kubeconfig).await?;
     kube::Client::try_from(config).map_err(|e| PodWatchError::Client(e.to_string()))
 }
 

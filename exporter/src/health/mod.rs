@@ -42,7 +42,7 @@ pub mod signals;
 pub mod time;
 pub mod xid;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -113,20 +113,6 @@ pub enum KubeAccess {
     Auto { kubeconfig: Option<PathBuf> },
 }
 
-/// The client configuration `kubeconfig` names, or the environment's.
-async fn find_config(kubeconfig: Option<&Path>) -> std::result::Result<kube::Config, String> {
-    match kubeconfig {
-        Some(path) => {
-            let bad = |e: String| format!("{}: cannot read the kubeconfig: {e}", path.display());
-            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| bad(e.to_string()))
-        }
-        None => kube::Config::infer().await.map_err(|e| e.to_string()),
-    }
-}
-
 /// A running health loop.
 #[derive(Debug)]
 pub struct HealthHandle {
@@ -174,7 +160,7 @@ pub async fn start(
         }
         KubeAccess::Auto { kubeconfig } => kubeconfig,
     };
-    let config = match find_config(kubeconfig.as_deref()).await {
+    let config = match crate::kube_config::find(kubeconfig.as_deref()).await {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!(
