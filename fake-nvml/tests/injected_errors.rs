@@ -28,16 +28,9 @@ gpus:
 
 #[test]
 fn errors_answer_for_their_window_on_their_handle() {
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("node.yaml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    let clock = dir.path().join("clock");
-    std::fs::write(&clock, "0").unwrap();
-    // SAFETY: this test binary has a single test, so no other thread reads the environment.
-    unsafe {
-        std::env::set_var("FAKE_NVML_SCENARIO", &scenario);
-        std::env::set_var("FAKE_NVML_CLOCK_FILE", &clock);
-    }
+    // SAFETY: this test binary has a single test, so no other thread uses the environment.
+    let node = unsafe { common::SteppedNode::start(SCENARIO) };
+    let clock = node.clock.clone();
     let nvml = Nvml::builder().lib_path(common::library().as_os_str()).init().unwrap();
     let h100 = nvml.device_by_index(0).unwrap();
     let (first, second) = (h100.mig_device_by_index(0).unwrap(), h100.mig_device_by_index(1).unwrap());

@@ -50,16 +50,9 @@ gpus:
 
 #[test]
 fn the_wrapper_reads_the_simulated_node() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let scenario = dir.path().join("node.yaml");
-    std::fs::write(&scenario, SCENARIO).expect("write scenario");
-    let clock = dir.path().join("clock");
-    std::fs::write(&clock, "0").expect("write clock");
-    // SAFETY: this test binary has a single test, so no other thread reads the environment.
-    unsafe {
-        std::env::set_var("FAKE_NVML_SCENARIO", &scenario);
-        std::env::set_var("FAKE_NVML_CLOCK_FILE", &clock);
-    }
+    // SAFETY: this test binary has a single test, so no other thread uses the environment.
+    let node = unsafe { common::SteppedNode::start(SCENARIO) };
+    let clock = node.clock.clone();
     let nvml = Nvml::builder().lib_path(library().as_os_str()).init().expect("init through the fake");
 
     assert_eq!(nvml.sys_driver_version().unwrap(), "550.90.07");
