@@ -24,7 +24,7 @@ use crate::config::{Args, show_duration};
 use crate::expfmt::Limits;
 use crate::http_client::HttpClient;
 use crate::labels::LabelStore;
-use crate::server::{self, CertSlot};
+use crate::server::{self, CertSlot, ServingCert};
 use crate::serving_cert;
 use crate::source::Sources;
 use crate::source::direct::discovery::{Target, Targets};
@@ -69,11 +69,10 @@ type TaskFactory = Box<dyn FnOnce(watch::Receiver<bool>) -> Task + Send>;
 pub struct App {
     addr: SocketAddr,
     listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Arc<https_edge::ServerTls>,
     state: AppState,
     tasks: Vec<TaskFactory>,
-    options: server::Options,
-    slot: Arc<CertSlot>,
+    options: https_edge::Options,
 }
 
 impl std::fmt::Debug for App {
@@ -278,8 +277,8 @@ impl App {
         }
         ready_checks.push(("authentication-config".into(), Arc::new(move || loaded.load(Ordering::Acquire))));
 
-        let slot = serving_certificate(args, client.as_ref(), &mut tasks, &mut ready_checks).await?;
-        let tls = server::tls_config(slot.clone())?;
+        let serving = serving_certificate(args, client.as_ref(), &mut tasks, &mut ready_checks).await?;
+        let tls = server::tls(serving)?;
 
         let addr = SocketAddr::new(args.bind_address, args.secure_port);
         let listener = TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })?;
@@ -295,12 +294,11 @@ impl App {
                 max_header_bytes: args.max_request_header_bytes,
             },
         };
-        let options = server::Options {
-            drain: args.shutdown_drain,
-            max_buf_size: (args.max_request_uri_bytes + args.max_request_header_bytes).saturating_mul(2).max(8192),
-            ..server::Options::default()
-        };
-        Ok(Self { addr, listener, tls, state, tasks, options, slot })
+        let options = server::options(
+            args.shutdown_drain,
+            (args.max_request_uri_bytes + args.max_request_header_bytes).saturating_mul(2),
+        );
+        Ok(Self { addr, listener, tls, state, tasks, options })
     }
 
     /// The bound address.
@@ -315,7 +313,7 @@ impl App {
 
     /// The serving certificate chain in use now (leaf first).
     pub fn serving_chain(&self) -> Vec<rustls::pki_types::CertificateDer<'static>> {
-        self.slot.chain()
+        self.tls.serving_chain()
     }
 
     /// Starts the background tasks and serves until `shutdown` turns true.
@@ -325,7 +323,16 @@ impl App {
             handles.push(tokio::spawn(t(shutdown.clone())));
         }
         tracing::info!(addr = %self.addr, "serving custom.metrics.k8s.io");
-        server::serve(self.listener, self.tls, api::router(self.state), self.options, shutdown).await;
+        let mut stop = shutdown;
+        let stopped = async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        };
+        let transport = https_edge::Transport::Tls(self.tls);
+        if let Err(e) =
+            https_edge::serve(self.listener, transport, api::router(self.state), stopped, self.options).await
+        {
+            tracing::error!(error = %e, "serving failed");
+        }
         for h in handles {
             h.abort();
         }
@@ -340,22 +347,18 @@ async fn serving_certificate(
     client: Option<&kube::Client>,
     tasks: &mut Vec<TaskFactory>,
     ready_checks: &mut Vec<ReadyCheck>,
-) -> Result<Arc<CertSlot>> {
+) -> Result<ServingCert> {
     let hosts: Vec<&str> = args.self_signed_hosts.iter().map(String::as_str).collect();
     let throwaway = || -> Result<_> {
         let pair = crate::certs::self_signed(&hosts).map_err(server::Error::from)?;
         Ok(server::load_pair(pair.cert_pem.as_bytes(), pair.key_pem.as_bytes(), "self-signed")?)
     };
     if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) {
-        let (c, k) = server::read_pair(cert, key)?;
-        let slot = CertSlot::new(server::load_pair(&c, &k, &cert.display().to_string())?);
-        let (run, cert, key, every) = (slot.clone(), cert.clone(), key.clone(), args.tls_reload_interval);
-        tasks.push(Box::new(move |s| Box::pin(server::reload_pair(run, cert, key, every, s))));
-        return Ok(slot);
+        return Ok(ServingCert::Files { cert: cert.clone(), key: key.clone(), check_every: args.tls_reload_interval });
     }
     let Some(secret) = &args.tls_secret_name else {
         tracing::info!(hosts = ?hosts, "no --tls-cert-file or --tls-secret-name: serving a throwaway self-signed certificate");
-        return Ok(CertSlot::new(throwaway()?));
+        return Ok(ServingCert::Slot(CertSlot::new(throwaway()?)));
     };
     let client = client.ok_or_else(|| Error::Config("--tls-secret-name needs the Kubernetes API".into()))?;
     let policy = serving_cert::Policy {
@@ -383,7 +386,7 @@ async fn serving_certificate(
     let check = manager.clone();
     ready_checks.push(("serving-certificate".into(), Arc::new(move || check.is_ready())));
     tasks.push(Box::new(move |s| Box::pin(manager.run(s))));
-    Ok(slot)
+    Ok(ServingCert::Slot(slot))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -35,8 +35,9 @@
 //!   `NoClientCert`, `client_allowed_sans` when a client may present no certificate, a
 //!   rate limit with `burst: 0`. Where Go would silently ignore such a setting, a refusal
 //!   is the safer surprise.
-//! - Certificate, key and client CA files are re-read when they change (see
-//!   the `tls` module); users, headers and the other settings are fixed at start.
+//! - Certificate, key and client CA files are re-read when they change (see the `tls`
+//!   module and the shared edge, `https-edge`); users, headers and the other settings
+//!   are fixed at start.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -50,7 +51,9 @@ use serde::Deserialize;
 use super::basic_auth::{BasicAuthError, Users};
 use super::headers;
 use super::rate_limit::parse_go_duration;
-use super::tls::{self, ClientAuth, PemSource, TlsReloader, TlsSettings, TlsVersion};
+use https_edge::{PemSource, ServerTls};
+
+use super::tls::{self, ClientAuth, TlsSettings, TlsVersion};
 
 /// A web config file that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -105,7 +108,8 @@ fn field_error(field: impl Into<String>, reason: impl Into<String>) -> FieldErro
 /// A parsed and validated web config.
 pub struct WebConfig {
     source: Option<PathBuf>,
-    tls: Option<Arc<TlsReloader>>,
+    tls: Option<Arc<ServerTls>>,
+    client_auth: ClientAuth,
     http2: bool,
     headers: Vec<(HeaderName, HeaderValue)>,
     users: Option<Users>,
@@ -124,6 +128,7 @@ impl fmt::Debug for WebConfig {
         f.debug_struct("WebConfig")
             .field("source", &self.source)
             .field("tls", &self.tls)
+            .field("client_auth", &self.client_auth)
             .field("http2", &self.http2)
             .field("headers", &self.headers)
             .field("users", &self.users)
@@ -156,7 +161,15 @@ impl WebConfig {
 
     /// No web config file: plain HTTP (HTTP/1.1 and h2c), no authentication, no extra headers.
     pub fn none() -> WebConfig {
-        WebConfig { source: None, tls: None, http2: true, headers: Vec::new(), users: None, rate_limit: None }
+        WebConfig {
+            source: None,
+            tls: None,
+            client_auth: ClientAuth::NoClientCert,
+            http2: true,
+            headers: Vec::new(),
+            users: None,
+            rate_limit: None,
+        }
     }
 
     /// The file this config was loaded from, if any.
@@ -191,10 +204,10 @@ impl WebConfig {
 
     /// The client authentication policy (`NoClientCert` without TLS).
     pub fn client_auth(&self) -> ClientAuth {
-        self.tls.as_ref().map_or(ClientAuth::NoClientCert, |t| t.settings().client_auth)
+        self.client_auth
     }
 
-    pub(crate) fn tls(&self) -> Option<&Arc<TlsReloader>> {
+    pub(crate) fn tls(&self) -> Option<&Arc<ServerTls>> {
         self.tls.as_ref()
     }
 
@@ -267,10 +280,10 @@ fn validate(raw: RawConfig, base: &Path) -> std::result::Result<WebConfig, Field
     let http2 = http.http2.unwrap_or(true);
     let headers = headers::validate(&http.headers.unwrap_or_default())
         .map_err(|e| field_error(format!("http_server_config.headers.{}", e.header()), e.to_string()))?;
-    let tls = match tls_settings(raw.tls_server_config.unwrap_or_default(), base, http2)? {
-        Some(settings) => {
-            Some(Arc::new(TlsReloader::new(settings).map_err(|e| field_error(e.field(), e.to_string()))?))
-        }
+    let settings = tls_settings(raw.tls_server_config.unwrap_or_default(), base, http2)?;
+    let client_auth = settings.as_ref().map_or(ClientAuth::NoClientCert, |s| s.client_auth);
+    let tls = match settings {
+        Some(settings) => Some(Arc::new(settings.serve().map_err(|e| field_error(e.field(), e.to_string()))?)),
         None => None,
     };
     let users = match raw.basic_auth_users {
@@ -283,7 +296,7 @@ fn validate(raw: RawConfig, base: &Path) -> std::result::Result<WebConfig, Field
         _ => None,
     };
     let rate_limit = rate_limit(raw.rate_limit)?;
-    Ok(WebConfig { source: None, tls, http2, headers, users, rate_limit })
+    Ok(WebConfig { source: None, tls, client_auth, http2, headers, users, rate_limit })
 }
 
 /// `cert_file` or inline `cert` (and the same for key and client CA); empty means unset.
@@ -307,6 +320,8 @@ fn pem_source(
     }
 }
 
+/// `tls_server_config`, validated; `None` when TLS is not configured. Each step is one
+/// of the functions below, in the order the toolkit's fields depend on each other.
 fn tls_settings(raw: RawTls, base: &Path, http2: bool) -> std::result::Result<Option<TlsSettings>, FieldError> {
     let cert = pem_source(raw.cert_file, raw.cert, "cert_file", "cert", base)?;
     let key = pem_source(raw.key_file, raw.key, "key_file", "key", base)?;
@@ -315,22 +330,67 @@ fn tls_settings(raw: RawTls, base: &Path, http2: bool) -> std::result::Result<Op
 
     let enabled = cert.is_some() || key.is_some() || client_ca.is_some() || !client_auth_name.is_empty();
     if !enabled {
-        let set_without_cert = [
-            ("min_version", raw.min_version.is_some()),
-            ("max_version", raw.max_version.is_some()),
-            ("cipher_suites", raw.cipher_suites.is_some()),
-            ("curve_preferences", raw.curve_preferences.is_some()),
-            ("prefer_server_cipher_suites", raw.prefer_server_cipher_suites.is_some()),
-            ("client_allowed_sans", raw.client_allowed_sans.is_some()),
-        ];
-        if let Some((name, _)) = set_without_cert.iter().find(|(_, set)| *set) {
-            return Err(field_error(
-                format!("tls_server_config.{name}"),
-                "set, but TLS is not configured: give cert_file and key_file (or cert and key)",
-            ));
-        }
-        return Ok(None);
+        let options = TlsOptions {
+            min_version: raw.min_version.is_some(),
+            max_version: raw.max_version.is_some(),
+            cipher_suites: raw.cipher_suites.is_some(),
+            curve_preferences: raw.curve_preferences.is_some(),
+            prefer_server_cipher_suites: raw.prefer_server_cipher_suites.is_some(),
+            client_allowed_sans: raw.client_allowed_sans.is_some(),
+        };
+        return refuse_options_without_tls(&options).map(|()| None);
     }
+    let (cert, key) = identity(cert, key)?;
+    let client_auth = client_auth(&client_auth_name, client_ca.as_ref())?;
+    Ok(Some(TlsSettings {
+        cert,
+        key,
+        client_ca,
+        client_auth,
+        allowed_sans: allowed_sans(raw.client_allowed_sans, client_auth)?,
+        min_version: version(raw.min_version, "min_version", TlsVersion::Tls12)?,
+        max_version: version(raw.max_version, "max_version", TlsVersion::Tls13)?,
+        cipher_suites: named_list(raw.cipher_suites, "cipher_suites", tls::cipher_suite)?,
+        curves: named_list(raw.curve_preferences, "curve_preferences", tls::curve)?,
+        prefer_server_cipher_suites: raw.prefer_server_cipher_suites.unwrap_or(true),
+        http2,
+    }))
+}
+
+/// Which TLS options a `tls_server_config` without certificate sets.
+struct TlsOptions {
+    min_version: bool,
+    max_version: bool,
+    cipher_suites: bool,
+    curve_preferences: bool,
+    prefer_server_cipher_suites: bool,
+    client_allowed_sans: bool,
+}
+
+/// TLS options without a certificate would have no effect: refused, naming the first.
+fn refuse_options_without_tls(options: &TlsOptions) -> std::result::Result<(), FieldError> {
+    let set = [
+        ("min_version", options.min_version),
+        ("max_version", options.max_version),
+        ("cipher_suites", options.cipher_suites),
+        ("curve_preferences", options.curve_preferences),
+        ("prefer_server_cipher_suites", options.prefer_server_cipher_suites),
+        ("client_allowed_sans", options.client_allowed_sans),
+    ];
+    match set.iter().find(|(_, set)| *set) {
+        Some((name, _)) => Err(field_error(
+            format!("tls_server_config.{name}"),
+            "set, but TLS is not configured: give cert_file and key_file (or cert and key)",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The serving certificate and key, both required once TLS is configured.
+fn identity(
+    cert: Option<PemSource>,
+    key: Option<PemSource>,
+) -> std::result::Result<(PemSource, PemSource), FieldError> {
     let cert = cert.ok_or_else(|| {
         field_error(
             "tls_server_config.cert_file",
@@ -343,10 +403,15 @@ fn tls_settings(raw: RawTls, base: &Path, http2: bool) -> std::result::Result<Op
             "missing: TLS settings are given but no private key (key_file or key)",
         )
     })?;
-    let client_auth = ClientAuth::parse(&client_auth_name).ok_or_else(|| {
+    Ok((cert, key))
+}
+
+/// `client_auth_type`, consistent with whether a client CA is given.
+fn client_auth(name: &str, client_ca: Option<&PemSource>) -> std::result::Result<ClientAuth, FieldError> {
+    let client_auth = ClientAuth::parse(name).ok_or_else(|| {
         field_error(
             "tls_server_config.client_auth_type",
-            format!("unknown client_auth_type {client_auth_name:?}; expected one of {}", ClientAuth::NAMES),
+            format!("unknown client_auth_type {name:?}; expected one of {}", ClientAuth::NAMES),
         )
     })?;
     if client_ca.is_some() && client_auth == ClientAuth::NoClientCert {
@@ -359,71 +424,54 @@ fn tls_settings(raw: RawTls, base: &Path, http2: bool) -> std::result::Result<Op
     if client_auth.verifies_chain() && client_ca.is_none() {
         return Err(field_error(
             "tls_server_config.client_ca_file",
-            format!("missing: client_auth_type {client_auth_name} verifies client certificates against it"),
+            format!("missing: client_auth_type {name} verifies client certificates against it"),
         ));
     }
-    let allowed_sans = match raw.client_allowed_sans {
-        Some(_) if !client_auth.requires_cert() => {
-            return Err(field_error(
-                "tls_server_config.client_allowed_sans",
-                "requires client_auth_type RequireAnyClientCert or RequireAndVerifyClientCert \
-                 (otherwise a client without a certificate is not checked)",
-            ));
-        }
+    Ok(client_auth)
+}
+
+/// `client_allowed_sans`: only where every client must present a certificate, never empty.
+fn allowed_sans(
+    raw: Option<Vec<String>>,
+    client_auth: ClientAuth,
+) -> std::result::Result<Option<Vec<String>>, FieldError> {
+    match raw {
+        Some(_) if !client_auth.requires_cert() => Err(field_error(
+            "tls_server_config.client_allowed_sans",
+            "requires client_auth_type RequireAnyClientCert or RequireAndVerifyClientCert \
+             (otherwise a client without a certificate is not checked)",
+        )),
         Some(list) if list.is_empty() => {
-            return Err(field_error(
-                "tls_server_config.client_allowed_sans",
-                "empty list: it would refuse every client",
-            ));
+            Err(field_error("tls_server_config.client_allowed_sans", "empty list: it would refuse every client"))
         }
-        other => other,
-    };
-    let version = |value: Option<String>, field: &str, default: TlsVersion| match value {
+        other => Ok(other),
+    }
+}
+
+/// `min_version` / `max_version`, or `default` when unset.
+fn version(value: Option<String>, field: &str, default: TlsVersion) -> std::result::Result<TlsVersion, FieldError> {
+    match value {
         None => Ok(default),
         Some(name) => {
             TlsVersion::parse(&name).map_err(|reason| field_error(format!("tls_server_config.{field}"), reason))
         }
-    };
-    let min_version = version(raw.min_version, "min_version", TlsVersion::Tls12)?;
-    let max_version = version(raw.max_version, "max_version", TlsVersion::Tls13)?;
-    let cipher_suites = match raw.cipher_suites {
-        Some(names) if !names.is_empty() => Some(
-            names
-                .iter()
-                .enumerate()
-                .map(|(i, name)| {
-                    tls::cipher_suite(name).map_err(|r| field_error(format!("tls_server_config.cipher_suites[{i}]"), r))
-                })
-                .collect::<std::result::Result<Vec<_>, _>>()?,
-        ),
-        _ => None,
-    };
-    let curves = match raw.curve_preferences {
-        Some(names) if !names.is_empty() => Some(
-            names
-                .iter()
-                .enumerate()
-                .map(|(i, name)| {
-                    tls::curve(name).map_err(|r| field_error(format!("tls_server_config.curve_preferences[{i}]"), r))
-                })
-                .collect::<std::result::Result<Vec<_>, _>>()?,
-        ),
-        _ => None,
-    };
-    let alpn = if http2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
-    Ok(Some(TlsSettings {
-        cert,
-        key,
-        client_ca,
-        client_auth,
-        allowed_sans,
-        min_version,
-        max_version,
-        cipher_suites,
-        curves,
-        prefer_server_cipher_suites: raw.prefer_server_cipher_suites.unwrap_or(true),
-        alpn,
-    }))
+    }
+}
+
+/// A list of toolkit names (`cipher_suites`, `curve_preferences`) resolved one by one;
+/// unset or empty means the defaults. A bad name is reported with its index.
+fn named_list<T>(
+    names: Option<Vec<String>>,
+    field: &str,
+    resolve: fn(&str) -> std::result::Result<T, String>,
+) -> std::result::Result<Option<Vec<T>>, FieldError> {
+    let Some(names) = names.filter(|n| !n.is_empty()) else { return Ok(None) };
+    let resolved = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| resolve(name).map_err(|r| field_error(format!("tls_server_config.{field}[{i}]"), r)))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(Some(resolved))
 }
 
 fn rate_limit(raw: Option<RawRateLimit>) -> std::result::Result<Option<RateLimitSettings>, FieldError> {

@@ -57,13 +57,14 @@
 //!
 //! Modules, one job each:
 //! - [`config`]: file format, strict parsing, validation, error messages.
-//! - `tls`: toolkit TLS names to rustls (ring provider only), client-certificate
-//!   policies, and reloading certificate/key/CA files when they change.
-//! - `san`: reads a certificate's SANs for `client_allowed_sans`.
+//! - `tls`: toolkit TLS names and client-certificate policies onto the shared HTTPS
+//!   edge (`https-edge`, which also reloads certificate/key/CA files when they change
+//!   and reads SANs for `client_allowed_sans`).
 //! - `basic_auth`: `Authorization` parsing, bcrypt checks, the verdict cache.
 //! - `headers`: the toolkit's allowed response headers.
 //! - `rate_limit`: the server-wide token bucket and Go duration parsing.
-//! - [`serve`](mod@serve): the accept loop, TLS handshakes, HTTP/1 + HTTP/2, shutdown and drain.
+//! - [`serve`](mod@serve): the toolkit's per-request checks around the router, served by
+//!   the edge's accept loop (TLS handshakes, HTTP/1 + HTTP/2, shutdown and drain).
 //!
 //! rustls is always given the ring provider explicitly (`builder_with_provider`), so this
 //! module neither depends on nor installs a process-wide default provider.
@@ -72,7 +73,6 @@ mod basic_auth;
 pub mod config;
 mod headers;
 mod rate_limit;
-mod san;
 pub mod serve;
 mod tls;
 

@@ -248,7 +248,7 @@ impl Authenticator {
         let current = self.config.load_full();
         let (generation, cfg) = (&current.0, &current.1);
         let outcome = match certs {
-            Some(c) if !c.chain().is_empty() => Some(c.outcome(*generation, |chain| check_chain(cfg, chain))),
+            Some(c) if !c.chain().is_empty() => Some(c.memo(*generation, |chain| check_chain(cfg, chain))),
             _ => None,
         };
         if let (Some(o), Some(rh)) = (&outcome, &cfg.request_header)

@@ -7,7 +7,7 @@
 //!   certificate), client certificates, bearer tokens through TokenReview (cached).
 //! * [`authz`]: may they: SubjectAccessReview with short allow/deny caches; `system:masters`
 //!   always may.
-//! * [`x509`]: chain verification and certificate subjects.
+//! * [`x509`]: chain verification and certificate subjects (the shared edge's).
 
 pub mod authn;
 pub mod authz;
@@ -15,9 +15,7 @@ pub mod config;
 pub mod x509;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 
-use rustls::pki_types::CertificateDer;
 use serde::Serialize;
 
 /// An authenticated user, as Kubernetes' `user.Info`.
@@ -36,42 +34,7 @@ pub struct UserInfo {
 /// The group that bypasses authorization, as in Kubernetes.
 pub const SYSTEM_MASTERS: &str = "system:masters";
 
-/// A verification outcome and the configuration generation it was computed under.
-type Memo = (u64, Arc<authn::CertOutcome>);
-
-/// What a connection's client presented during the TLS handshake, shared by the requests
-/// on that connection, with a per-connection memo of the verification outcome.
-#[derive(Debug, Clone, Default)]
-pub struct PeerCertificates {
-    chain: Arc<[CertificateDer<'static>]>,
-    memo: Arc<Mutex<Option<Memo>>>,
-}
-
-impl PeerCertificates {
-    /// The chain a client presented (leaf first); empty when none.
-    pub fn new(chain: Vec<CertificateDer<'static>>) -> Self {
-        Self { chain: chain.into(), memo: Arc::default() }
-    }
-
-    /// The presented chain.
-    pub fn chain(&self) -> &[CertificateDer<'static>] {
-        &self.chain
-    }
-
-    /// The outcome for config generation `generation`, computed once per connection.
-    pub(crate) fn outcome(
-        &self,
-        generation: u64,
-        compute: impl FnOnce(&[CertificateDer<'static>]) -> authn::CertOutcome,
-    ) -> Arc<authn::CertOutcome> {
-        let mut memo = self.memo.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((g, o)) = memo.as_ref()
-            && *g == generation
-        {
-            return o.clone();
-        }
-        let o = Arc::new(compute(&self.chain));
-        *memo = Some((generation, o.clone()));
-        o
-    }
-}
+/// What a connection's client presented in the TLS handshake, shared by the requests on
+/// that connection; [`authn`] verifies it per request and keeps the outcome per
+/// connection and configuration generation ([`PeerCertificates::memo`]).
+pub use https_edge::PeerCertificates;

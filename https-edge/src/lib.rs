@@ -1,0 +1,81 @@
+//! The HTTPS serving edge both binaries share: rustls (ring provider only) with the
+//! serving certificate reloaded when its files change, client certificates requested
+//! but never required in the handshake, an accept loop with a bounded graceful drain,
+//! and one certificate reader (`x509-parser`) for SANs, subject and validity.
+//!
+//! What stays with each binary: the exporter layers its exporter-toolkit web config
+//! (basic auth, response headers, rate limit, the toolkit's TLS names and client-auth
+//! policies, open probe paths) on top; the adapter its flags, the serving certificate it
+//! provisions itself, and Kubernetes' delegated authentication.
+//!
+//! # Why client certificates are verified per request (deferred), not demanded
+//!
+//! A handshake that requires a client certificate cannot be passed by the kubelet's
+//! HTTPS probes (they never present one) nor by a client that authenticates otherwise
+//! (a bearer token at the adapter). Kubernetes' API servers do the same as this crate:
+//! the handshake requests a certificate and lets a client without one finish, and each
+//! request is authenticated on its own. So [`ClientCerts::Request`] never makes a
+//! certificate mandatory; the handler sees what was presented ([`PeerCertificates`], a
+//! request extension) and enforces its own rule per path (the exporter leaves
+//! `/healthz` and `/readyz` open and answers `403` elsewhere; the adapter answers `401`).
+//!
+//! Where the presented chain is verified depends on where the trust lives:
+//! - trust fixed in configuration (the exporter's `client_ca_file`):
+//!   [`ClientCertRequest::verify_chain`] verifies in the handshake, so a certificate from
+//!   another CA, expired, or without the client-auth usage fails with the standard TLS
+//!   alert, as Go's servers do ([`HandshakeCheck::ChainVerified`]);
+//! - trust that changes while serving (the adapter's CAs from the
+//!   `extension-apiserver-authentication` ConfigMap, two of them, one per purpose): the
+//!   handshake only proves the client holds the key ([`HandshakeCheck::KeyProven`]) and
+//!   the handler verifies with [`ClientCa`] under the CA in force at that request, so a
+//!   CA rotation applies to open connections too, without rebuilding TLS state.
+//!   [`PeerCertificates::memo`] keeps the outcome per connection and CA generation, so a
+//!   keep-alive connection's chain is verified once, not per request.
+//!
+//! # How reload detects change
+//!
+//! [`ServerTls`] stats the certificate, key and client CA files (size, mtime, inode) when
+//! a handshake starts, at most once per check interval (zero: every handshake), and
+//! rebuilds the rustls configuration only when a stamp changed; a rebuild that fails keeps
+//! the previous configuration and is retried at the next change (details and the limits
+//! of mtime in [`reload`](mod@reload)). A certificate the process replaces itself (the
+//! adapter's self-provisioned Secret) goes through a [`CertSlot`] instead, read by each
+//! handshake.
+//!
+//! # Drain bound
+//!
+//! On shutdown the listener closes at once, pending handshakes and idle keep-alive
+//! connections close, requests in flight may finish, and everything still open after
+//! [`Options::drain`] is aborted: [`serve`] returns within the drain however clients
+//! behave (defaults: 10 s here, chosen per binary by its `--shutdown-*` flag, below
+//! Kubernetes' 30 s termination grace period). Slow or silent clients are bounded before
+//! that too: `handshake_timeout` (10 s), `header_read_timeout` (30 s) and at most
+//! `max_connections` (512) connections at once.
+//!
+//! Modules, one job each: [`pem`] (reading PEM material), [`cert`] (what a certificate
+//! says), [`ca`](mod@ca) (client CA bundles), `client_auth` (the handshake's client
+//! certificate verifier), [`tls`](mod@tls) (settings to rustls), [`reload`](mod@reload)
+//! (rebuild on file change), `slot` (a replaceable certificate), [`peer`](mod@peer)
+//! (what a request sees), [`serve`](mod@serve) (accept loop, drain) and `conn` (one
+//! connection: TLS, HTTP/1.1 and HTTP/2).
+
+pub mod ca;
+pub mod cert;
+mod client_auth;
+mod conn;
+pub mod peer;
+pub mod pem;
+pub mod reload;
+pub mod serve;
+mod slot;
+pub mod tls;
+
+pub use ca::ClientCa;
+pub use cert::{CertError, CertInfo, Subject};
+pub use client_auth::{ClientCertRequest, ClientCerts};
+pub use peer::{HandshakeCheck, PeerCertificates};
+pub use pem::{Material, PemError, PemSource};
+pub use reload::ServerTls;
+pub use serve::{Options, ServeError, Transport, serve};
+pub use slot::CertSlot;
+pub use tls::{Identity, TlsError, TlsSettings};

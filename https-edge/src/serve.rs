@@ -1,0 +1,175 @@
+//! The accept loop: accepts connections up to a limit, serves each in its own task (one
+//! slow client never blocks another), and shuts down gracefully.
+//!
+//! Limits and shutdown: at most `max_connections` connections (handshaking or open) at a
+//! time; at the limit, accepting pauses and new clients wait in the kernel backlog. When
+//! the shutdown future completes, the listener closes, pending handshakes and idle
+//! keep-alive connections close, requests in flight may finish, and whatever is still
+//! open after `drain` is aborted, so shutdown takes at most `drain` however a client
+//! behaves (a Kubernetes pod has `terminationGracePeriodSeconds`, 30 s by default, before
+//! it is killed; both binaries' drains default below that).
+//!
+//! Errors on single connections (handshake failures, resets, protocol errors) are logged
+//! at debug level and never end the server; accept errors are logged and retried.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use http::{Request, Response};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::{JoinError, JoinSet};
+
+use crate::conn::{self, Context};
+use crate::reload::ServerTls;
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The listener has no local address (it is not a bound socket).
+    #[error("cannot read the listener's address: {0}")]
+    LocalAddr(#[source] std::io::Error),
+}
+
+/// Result alias for this module.
+pub type Result<T> = std::result::Result<T, ServeError>;
+
+/// How connections are spoken to.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// Plain HTTP/1.1, and HTTP/2 with prior knowledge (h2c) when `h2c` is set.
+    Plain {
+        /// Accept h2c beside HTTP/1.1.
+        h2c: bool,
+    },
+    /// TLS with the current (possibly just reloaded) configuration; ALPN picks HTTP/2
+    /// or HTTP/1.1.
+    Tls(Arc<ServerTls>),
+}
+
+/// Tunables of the accept loop.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How long in-flight connections may run on after shutdown fires.
+    pub drain: Duration,
+    /// How long a client may take to finish its TLS handshake.
+    pub handshake_timeout: Duration,
+    /// How long an HTTP/1 client may take to send a request's headers (and a plain
+    /// client its first bytes).
+    pub header_read_timeout: Duration,
+    /// Connections served (or handshaking) at once; more wait in the kernel backlog.
+    pub max_connections: usize,
+    /// The most bytes of request head (HTTP/1 buffer, HTTP/2 header list) a client may
+    /// send; larger requests are refused by hyper (`431`). `None`: hyper's defaults.
+    pub max_header_bytes: Option<usize>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            drain: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(30),
+            max_connections: 512,
+            max_header_bytes: None,
+        }
+    }
+}
+
+/// Serves `service` on `listener` until `shutdown` completes, then drains open
+/// connections for at most `options.drain`.
+///
+/// Every request carries two extensions: `axum::extract::ConnectInfo<SocketAddr>` (the
+/// client's address) and [`crate::PeerCertificates`] (what the client presented in the
+/// TLS handshake; empty on plain connections).
+pub async fn serve<S>(
+    listener: TcpListener,
+    transport: Transport,
+    service: S,
+    shutdown: impl Future<Output = ()> + Send,
+    options: Options,
+) -> Result<()>
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+{
+    let addr = listener.local_addr().map_err(ServeError::LocalAddr)?;
+    let context = Arc::new(Context::new(transport, options.clone(), service));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let mut tasks = JoinSet::new();
+    let mut shutdown = pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => { report(done); continue; }
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+        };
+        let (stream, remote) = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => { report(done); continue; }
+            accepted = listener.accept() => match accepted {
+                Ok(connection) => connection,
+                Err(e) if is_connection_error(&e) => {
+                    tracing::debug!(error = %e, "connection failed before it was accepted");
+                    continue;
+                }
+                Err(e) => {
+                    // Typically out of file descriptors: wait for some to be released.
+                    tracing::error!(%addr, error = %e, "accept failed; retrying in 1s");
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            },
+        };
+        tasks.spawn(conn::serve_connection(context.clone(), stream, remote, stop_rx.clone(), permit));
+    }
+
+    drop(listener);
+    stop_tx.send_replace(true);
+    drain(tasks, options.drain).await;
+    tracing::info!(%addr, "server stopped");
+    Ok(())
+}
+
+/// Waits for the connection tasks to end, for at most `limit`; aborts the rest.
+async fn drain(mut tasks: JoinSet<()>, limit: Duration) {
+    if tasks.is_empty() {
+        return;
+    }
+    tracing::info!(open = tasks.len(), drain = ?limit, "shutting down: draining connections");
+    let drained = tokio::time::timeout(limit, async {
+        while let Some(done) = tasks.join_next().await {
+            report(done);
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(aborted = tasks.len(), drain = ?limit, "drain time over; closing the remaining connections");
+        tasks.shutdown().await;
+    }
+}
+
+fn report(done: std::result::Result<(), JoinError>) {
+    if let Err(e) = done
+        && e.is_panic()
+    {
+        tracing::error!(error = %e, "a connection task panicked");
+    }
+}
+
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset, Interrupted, WouldBlock};
+    matches!(e.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset | Interrupted | WouldBlock)
+}
