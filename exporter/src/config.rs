@@ -10,13 +10,17 @@
 //! environment variable and the range. A limit that depends on another flag
 //! (`--nvml.call-timeout` below `--collect-interval`) is a cross-check in
 //! [`Args::validate`] with its own message.
+//!
+//! Durations are read by the workspace's one parser, [`flag_ranges::parse_duration`]
+//! (`250ms`, `5s`, `1m30s`, `1.5h`, `43800h`; its doc states the whole syntax). The flags
+//! of the health loop and attribution live with those parts and use the same parser.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-pub use flag_ranges::{Bounded, show_duration};
+use flag_ranges::{Bounded, parse_duration, show_duration};
 
 /// Why the flags were refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -213,33 +217,6 @@ fn hostname() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Parses Go-style durations: `500ms`, `5s`, `1m30s`, `2h`.
-pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
-    let err = || format!("{text:?} is not a duration like 500ms, 5s, 1m30s");
-    let mut total = Duration::ZERO;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(err());
-    }
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(err)?;
-        let (number, tail) = rest.split_at(digits);
-        let value: f64 = number.parse().map_err(|_| err())?;
-        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let seconds = match unit {
-            "ms" => value / 1000.0,
-            "s" => value,
-            "m" => value * 60.0,
-            "h" => value * 3600.0,
-            _ => return Err(err()),
-        };
-        total += Duration::try_from_secs_f64(seconds).map_err(|_| err())?;
-        rest = tail;
-    }
-    Ok(total)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,13 +228,16 @@ mod tests {
     }
 
     #[test]
-    fn durations_parse_like_go() {
-        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert!(parse_duration("5").is_err());
-        assert!(parse_duration("fast").is_err());
-        assert!(parse_duration("").is_err());
+    fn duration_flags_read_the_shared_syntax() {
+        let a = args(&["--collect-interval", "1m30s", "--nvml.call-timeout", "250ms", "--shutdown-timeout", "0"]);
+        assert_eq!(a.collect_interval, Duration::from_secs(90));
+        assert_eq!(a.call_timeout, Duration::from_millis(250));
+        assert_eq!(a.shutdown_timeout, Duration::ZERO);
+        assert_eq!(args(&["--collect-interval", "1.5s"]).collect_interval, Duration::from_millis(1500));
+        for bad in ["5", "fast", "", "1d", "99999999999h"] {
+            let err = Args::try_parse_from(["gpu-exporter", "--collect-interval", bad]).unwrap_err().to_string();
+            assert!(err.contains(&format!("{bad:?}")), "the refusal names {bad:?}: {err}");
+        }
     }
 
     #[test]

@@ -9,9 +9,10 @@
 //! ```
 //!
 //! clap alone names only the flag, even when the value was read from its environment
-//! variable; [`Bounded`] adds the variable and the range. Each binary keeps its own
-//! duration syntax for now and passes its parser in. [`table`] holds the checks each
-//! binary's table-driven range test runs.
+//! variable; [`Bounded`] adds the variable and the range. [`duration`] is the one
+//! duration syntax every duration flag reads ([`parse_duration`]; the health loop's flags
+//! also take bare seconds, [`parse_duration_or_seconds`]). [`table`] holds the checks
+//! each binary's table-driven range test runs.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -20,7 +21,10 @@ use std::time::Duration;
 
 use clap::builder::TypedValueParser;
 
+pub mod duration;
 pub mod table;
+
+pub use duration::{parse_duration, parse_duration_or_seconds, show_duration};
 
 /// A clap value parser that parses with `parse`, then refuses anything outside
 /// `min..=max`.
@@ -39,7 +43,8 @@ impl<T> fmt::Debug for Bounded<T> {
 }
 
 impl Bounded<Duration> {
-    /// A duration flag read by `parse` (the binary's duration syntax).
+    /// A duration flag read by `parse`: [`parse_duration`], or
+    /// [`parse_duration_or_seconds`] where bare seconds are accepted.
     pub fn duration(parse: fn(&str) -> Result<Duration, String>, min: Duration, max: Duration) -> Self {
         Bounded { parse, show: |d| show_duration(*d), min, max }
     }
@@ -97,29 +102,9 @@ fn parse_number<T: FromStr>(text: &str) -> Result<T, String> {
     text.trim().parse::<T>().map_err(|_| format!("{text:?} is not {kind}"))
 }
 
-/// A duration the way the flags are written: `0s`, `250ms`, `5s`, `1m30s`, `43800h`.
-pub fn show_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    let parts = [(ms / 3_600_000, "h"), (ms / 60_000 % 60, "m"), (ms / 1000 % 60, "s"), (ms % 1000, "ms")];
-    let text: String = parts.iter().filter(|(n, _)| *n > 0).map(|(n, unit)| format!("{n}{unit}")).collect();
-    match (text.is_empty(), d.is_zero()) {
-        (false, _) => text,
-        (true, true) => "0s".into(),
-        // Below a millisecond: no flag is that fine-grained, but say something true.
-        (true, false) => format!("{}ns", d.as_nanos()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn secs(text: &str) -> Result<Duration, String> {
-        text.strip_suffix('s')
-            .and_then(|n| n.parse().ok())
-            .map(Duration::from_secs)
-            .ok_or_else(|| format!("bad {text}"))
-    }
 
     #[test]
     fn bounds_are_inclusive_and_refusals_give_the_range() {
@@ -135,7 +120,7 @@ mod tests {
         assert!(f.check("0.5").is_ok() && f.check("1.5").is_err());
         assert!(f.check("NaN").is_err(), "NaN is in no range");
         assert_eq!(f.check("y").unwrap_err(), "\"y\" is not a number; valid: 0 to 1");
-        let d = Bounded::duration(secs, Duration::from_secs(1), Duration::from_secs(300));
+        let d = Bounded::duration(parse_duration, Duration::from_secs(1), Duration::from_secs(300));
         assert_eq!(d.range(), "1s to 5m");
         assert!(d.check("0s").unwrap_err().contains("outside the valid range 1s to 5m"));
     }
@@ -148,18 +133,5 @@ mod tests {
         assert!(e.contains("21 is outside the valid range 1 to 20 (flag --count, variable X_COUNT)"), "{e}");
         let m = cmd.try_get_matches_from(["x", "--count=3"]).unwrap();
         assert_eq!(m.get_one::<u32>("n"), Some(&3));
-    }
-
-    #[test]
-    fn durations_show_as_flags_are_written() {
-        for (d, text) in [
-            (Duration::ZERO, "0s"),
-            (Duration::from_millis(250), "250ms"),
-            (Duration::from_secs(90), "1m30s"),
-            (Duration::from_secs(43800 * 3600), "43800h"),
-            (Duration::from_nanos(5), "5ns"),
-        ] {
-            assert_eq!(show_duration(d), text);
-        }
     }
 }

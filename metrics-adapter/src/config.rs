@@ -10,42 +10,18 @@
 //! that depend on another flag (`--max-age` at least `--scrape-interval`,
 //! `--tls-cert-validity` at most a third of `--tls-ca-validity`) are cross-checks with
 //! their own messages, in `app.rs` and `serving_cert`.
+//!
+//! Durations are read by the workspace's one parser, [`flag_ranges::parse_duration`]
+//! (`500ms`, `15s`, `1m30s`, `1.5h`, `43800h`; its doc states the whole syntax), as is
+//! the `window` of a Prometheus rule.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
+use flag_ranges::parse_duration;
 pub use flag_ranges::{Bounded, show_duration};
-
-/// Parses `500ms`, `15s`, `2m`, `1h`, or combinations such as `1m30s`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {s:?} (examples: 500ms, 15s, 2m, 1h30m)");
-    if s.is_empty() {
-        return Err(bad());
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(bad());
-        }
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let unit = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
-            "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
-            _ => return Err(bad()),
-        };
-        total = total.checked_add(unit).ok_or_else(bad)?;
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
-}
 
 const fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -347,13 +323,18 @@ mod tests {
     use clap::CommandFactory;
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        for bad in ["", "15", "s", "1x", "-1s", "1.5s"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
+    fn duration_flags_read_the_shared_syntax() {
+        let a =
+            Args::parse_from_args(["x", "--scrape-interval=1m30s", "--scrape-timeout=250ms", "--max-age=2m"]).unwrap();
+        assert_eq!(a.scrape_interval, Duration::from_secs(90));
+        assert_eq!(a.scrape_timeout, Duration::from_millis(250));
+        assert_eq!(a.max_age, Duration::from_secs(120));
+        assert_eq!(Args::parse_from_args(["x", "--shutdown-drain=0"]).unwrap().shutdown_drain, Duration::ZERO);
+        // Decimals are read on the last unit, as Go and Prometheus read them.
+        assert_eq!(Args::parse_from_args(["x", "--scrape-interval=1.5s"]).unwrap().scrape_interval, ms(1500));
+        for bad in ["", "15", "s", "1x", "-1s", "1d", "99999999999h"] {
+            let err = Args::parse_from_args(["x", &format!("--scrape-interval={bad}")]).unwrap_err().to_string();
+            assert!(err.contains(&format!("{bad:?}")), "the refusal names {bad:?}: {err}");
         }
     }
 

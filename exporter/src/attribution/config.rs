@@ -3,7 +3,7 @@
 //! Defaults fit a DaemonSet that mounts the kubelet's pod-resources directory, the host
 //! `/proc` and `/var/log/pods`, and runs with a service account allowed to list and
 //! watch pods. The two durations have valid ranges enforced while the command line is
-//! parsed ([`crate::config::Bounded`]); `--kubelet.timeout` below
+//! parsed ([`flag_ranges::Bounded`]); `--kubelet.timeout` below
 //! `--kubelet.refresh-interval` is a cross-check in [`AttributionArgs::validate`].
 
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 
-use crate::config::{Bounded, parse_duration, show_duration};
+use flag_ranges::{Bounded, parse_duration, show_duration};
 
 /// Why the attribution flags were refused.
 #[derive(Debug, thiserror::Error, PartialEq)]

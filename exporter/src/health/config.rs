@@ -5,7 +5,7 @@
 //!
 //! Every number and duration has a range that means something for a GPU node, stated in
 //! its help text and in `docs/health.md` with the reason, and enforced while the command
-//! line is parsed ([`crate::config::Bounded`]): a value outside it (`TEMPERATURE_THRESHOLD=500`,
+//! line is parsed ([`flag_ranges::Bounded`]): a value outside it (`TEMPERATURE_THRESHOLD=500`,
 //! `=0`, `--health.debounce-checks 0`) stops the exporter with exit code 2 and a message
 //! naming the flag, the variable and the range, before any Kubernetes client exists, so
 //! no API request follows a refusal. [`HealthArgs::settings`] checks what a range cannot
@@ -19,7 +19,7 @@ use clap::Args;
 use super::policy::PolicySettings;
 use super::signals::Thresholds;
 use super::xid::{XidError, XidTable};
-use crate::config::Bounded;
+use flag_ranges::{Bounded, parse_duration_or_seconds as parse_seconds, show_duration};
 
 /// Why the health flags were refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -32,7 +32,7 @@ pub enum HealthConfigError {
         "--health.breaker.max-fraction (GPU_EXPORTER_HEALTH_BREAKER_MAX_FRACTION) {0}: expected a share from 0 to 1, such as 0.1"
     )]
     Fraction(f64),
-    #[error("--health.check-interval (CHECK_INTERVAL) {}: must be at least 1s", crate::config::show_duration(*.0))]
+    #[error("--health.check-interval (CHECK_INTERVAL) {}: must be at least 1s", show_duration(*.0))]
     Interval(Duration),
     #[error("--health.breaker.node-selector {0:?}: expected KEY=VALUE or KEY, comma-separated")]
     Selector(String),
@@ -359,14 +359,6 @@ fn is_dns_subdomain(s: &str) -> bool {
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })
-}
-
-/// A duration as `60` (seconds, the original deployment's form) or Go-style (`90s`, `1m30s`).
-pub fn parse_seconds(text: &str) -> std::result::Result<Duration, String> {
-    match text.trim().parse::<u64>() {
-        Ok(seconds) => Ok(Duration::from_secs(seconds)),
-        Err(_) => crate::config::parse_duration(text),
-    }
 }
 
 #[cfg(test)]

@@ -6,9 +6,11 @@
 //! full, gains one token per `interval`, and each request takes one.
 //!
 //! `interval` is a Go duration as the toolkit's YAML library reads it: a string such as
-//! `"500ms"`, `"1s"` or `"1m30s"`, or an integer number of nanoseconds. A limit that
-//! would refuse everything (`burst: 0` with an interval) and negative durations are
-//! refused at start instead of being applied.
+//! `"500ms"`, `"1s"` or `"1m30s"`, or an integer number of nanoseconds. Strings are read
+//! by the workspace's one duration parser ([`flag_ranges::parse_duration`], which reads
+//! Go's syntax and states the rest). A limit that would refuse everything (`burst: 0`
+//! with an interval) and negative durations are refused at start instead of being
+//! applied.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -16,8 +18,8 @@ use std::time::{Duration, Instant};
 /// Why a rate-limit setting was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RateLimitError {
-    /// Not a Go duration.
-    #[error("invalid duration {0:?} (expected a Go duration such as \"500ms\", \"1s\" or \"1m30s\")")]
+    /// Not a duration; the text says which text and why.
+    #[error("{0} (the web config takes a Go duration)")]
     BadDuration(String),
 }
 
@@ -69,45 +71,11 @@ impl TokenBucket {
     }
 }
 
-/// Parses a Go duration string (`time.ParseDuration`): a sequence of decimal numbers,
-/// each with a unit among `ns`, `us` (`µs`), `ms`, `s`, `m`, `h`; `"0"` alone is zero.
-/// Negative durations are refused.
+/// Reads the `interval` string: a Go duration (`time.ParseDuration`: decimal numbers,
+/// each with a unit among `ns`, `us` (`µs`), `ms`, `s`, `m`, `h`; `"0"` alone is zero),
+/// through the one duration parser. Negative durations are refused.
 pub fn parse_go_duration(text: &str) -> Result<Duration> {
-    let bad = || RateLimitError::BadDuration(text.to_owned());
-    let mut rest = text.strip_prefix('+').unwrap_or(text);
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total_nanos: f64 = 0.0;
-    while !rest.is_empty() {
-        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        let (number, after) = rest.split_at(number_len);
-        if number.is_empty() || number == "." {
-            return Err(bad());
-        }
-        let value: f64 = number.parse().map_err(|_| bad())?;
-        let unit_len = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
-        let (unit, next) = after.split_at(unit_len);
-        let scale = match unit {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return Err(bad()),
-        };
-        total_nanos += value * scale;
-        rest = next;
-    }
-    // Go's limit: the result must fit an int64 of nanoseconds.
-    if !total_nanos.is_finite() || total_nanos > i64::MAX as f64 {
-        return Err(bad());
-    }
-    Ok(Duration::from_nanos(total_nanos.round() as u64))
+    flag_ranges::parse_duration(text).map_err(RateLimitError::BadDuration)
 }
 
 #[cfg(test)]
@@ -135,7 +103,8 @@ mod tests {
     #[test]
     fn refuses_what_go_refuses_and_negatives() {
         for text in ["", "1", "s", "1d", "-1s", "1.s5", ".s", "1s 2s", "99999999999h"] {
-            assert!(parse_go_duration(text).is_err(), "{text:?} should be refused");
+            let err = parse_go_duration(text).expect_err(text).to_string();
+            assert!(err.contains(&format!("{text:?}")), "the refusal names {text:?}: {err}");
         }
     }
 

@@ -121,9 +121,9 @@ pub struct Rule {
 
 const PLACEHOLDERS: [&str; 2] = ["<<.LabelMatchers>>", "<<.GroupBy>>"];
 
-/// A window such as `30s`, `2m` or `1h30m`, in whole seconds.
+/// A window such as `30s`, `2m` or `1h30m` (the flags' duration syntax), in whole seconds.
 pub fn parse_window(s: &str) -> Option<i64> {
-    let d = crate::config::parse_duration(s).ok()?;
+    let d = flag_ranges::parse_duration(s).ok()?;
     (d.subsec_nanos() == 0 && d.as_secs() > 0).then(|| i64::try_from(d.as_secs()).ok()).flatten()
 }
 
