@@ -23,7 +23,7 @@ use gpu_exporter::attribution::Attributor;
 use gpu_exporter::attribution::directory::{ContainerMeta, PodDirectory, PodMeta, PodPhase};
 use gpu_exporter::attribution::kubelet::KubeletCache;
 use gpu_exporter::attribution::pod_resources::Allocation;
-use gpu_exporter::render::encode::Format;
+use gpu_exporter::exposition::Format;
 use gpu_exporter::render::{RenderContext, render};
 use gpu_exporter::snapshot::{
     GpuIdentity, GpuReadings, GpuSnapshot, GpuState, MemoryReading, MigInstance, MigState, ProcessUsage, Snapshot,

@@ -17,8 +17,8 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use gpu_exporter::exposition::Format;
 use gpu_exporter::nvml::worker::{GpuWorker, read_all};
-use gpu_exporter::render::encode::Format;
 use gpu_exporter::render::{RenderContext, render};
 use gpu_exporter::snapshot::{
     ClockEvents, EccCounts, GpuReadings, GpuSnapshot, GpuState, MemoryReading, RecoveryAction, RemappedRows, Snapshot,

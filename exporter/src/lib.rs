@@ -10,10 +10,17 @@
 //!   usage of shared GPUs, joined onto each snapshot from the kubelet, `/proc` and the API.
 //! - [`web`]: the HTTP serving edge (exporter-toolkit `--web.config.file`: TLS, client
 //!   certificates, basic auth, response headers) and the accept loop with graceful shutdown.
+//!
+//! Modules import downwards only, and `tests/module_cycles.rs` fails on any circle:
+//! [`snapshot`] (plain data, attribution's result included) and [`exposition`] (the text
+//! encoder that [`render`] and the health loop's families share) name no other module;
+//! durations are read by the workspace's `flag-ranges` crate, so the flags of each part
+//! ([`attribution`], [`health`]) need nothing from [`config`], which gathers them.
 
 pub mod attribution;
 pub mod collect;
 pub mod config;
+pub mod exposition;
 pub mod health;
 pub mod kube_config;
 pub mod nvml;

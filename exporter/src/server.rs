@@ -15,7 +15,7 @@ use axum::routing::get;
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use crate::render::encode::Format;
+use crate::exposition::Format;
 use crate::render::{RenderContext, Section, render_with};
 use crate::snapshot::{NvmlStatus, Snapshot};
 

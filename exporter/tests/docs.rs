@@ -22,9 +22,9 @@ fn metrics_doc_lists_every_family_and_nothing_else() {
         let row = doc.lines().find(|l| l.starts_with(&format!("| `{}`", family.sample_name()))).unwrap();
         let kind = row.split('|').nth(2).unwrap().trim();
         let expected = match family.kind {
-            gpu_exporter::render::encode::Kind::Gauge => "gauge",
-            gpu_exporter::render::encode::Kind::Counter => "counter",
-            gpu_exporter::render::encode::Kind::Info => "info",
+            gpu_exporter::exposition::Kind::Gauge => "gauge",
+            gpu_exporter::exposition::Kind::Counter => "counter",
+            gpu_exporter::exposition::Kind::Info => "info",
         };
         assert_eq!(kind, expected, "type of {}", family.sample_name());
     }

@@ -7,10 +7,10 @@ use std::path::Path;
 
 use clap::CommandFactory as _;
 use gpu_exporter::config::Args;
+use gpu_exporter::exposition::Kind;
 use gpu_exporter::health::config::{BreakerSettings, Names};
 use gpu_exporter::health::metrics;
 use gpu_exporter::health::xid::DEFAULT_TABLE;
-use gpu_exporter::render::encode::Kind;
 
 fn read(path: &str) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();

@@ -27,7 +27,7 @@ use regex::Regex;
 use super::directory::{PodDirectory, PodMeta};
 use super::pod_resources::Allocation;
 use super::procfs::PidOwner;
-use super::result::{AttributionResult, ContainerRef, MigRef, PodInfo, PodUsage, Unattributed};
+use crate::snapshot::attribution::{AttributionResult, ContainerRef, MigRef, PodInfo, PodUsage, Unattributed};
 use crate::snapshot::{GpuSnapshot, MigInstance, ProcessUsage};
 
 /// Everything the join reads besides the GPUs.

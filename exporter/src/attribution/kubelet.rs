@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::pod_resources::{Allocation, PodResourcesClient, PodResourcesError};
-use super::result::PodResourcesHealth;
+use crate::snapshot::attribution::PodResourcesHealth;
 
 /// Refresh intervals for which the last good list outlives failed refreshes.
 pub const GRACE_REFRESHES: u32 = 3;

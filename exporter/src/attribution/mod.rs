@@ -12,8 +12,9 @@
 //!   ids, labels); it is what lets ended pods leave at once.
 //! - [`pod_logs`]: pod names from `/var/log/pods` when there is no API server.
 //!
-//! [`join`] is the pure core; [`directory`] merges the pod sources; [`result`] is what
-//! rendering reads. `docs/attribution.md` describes the rules for users.
+//! [`join`] is the pure core; [`directory`] merges the pod sources; what it returns,
+//! [`AttributionResult`], is plain data kept in the snapshot
+//! ([`crate::snapshot::attribution`]), which rendering reads. `docs/attribution.md` describes the rules for users.
 
 pub mod cgroup;
 pub mod config;
@@ -25,7 +26,6 @@ pub mod pod_resources;
 pub mod pod_watch;
 pub mod procfs;
 pub mod proto;
-pub mod result;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,7 +34,8 @@ use std::time::Duration;
 
 use regex::Regex;
 
-pub use result::{AttributionResult, ContainerRef, MigRef, PodInfo, PodUsage, Unattributed};
+// What the stage returns is snapshot data; named here too, as the stage's output.
+pub use crate::snapshot::attribution::{AttributionResult, ContainerRef, MigRef, PodInfo, PodUsage, Unattributed};
 
 use self::config::{ApiMode, AttributionArgs};
 use self::directory::PodDirectory;

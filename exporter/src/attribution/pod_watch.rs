@@ -18,7 +18,7 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 
 use super::directory::{ContainerMeta, PodDirectory, PodMeta, PodPhase};
-use super::result::PodWatchHealth;
+use crate::snapshot::attribution::PodWatchHealth;
 
 /// Why no watch could be set up.
 #[derive(Debug, thiserror::Error)]

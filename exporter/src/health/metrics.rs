@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::render::encode::{Encoder, Family, Kind, label_list, push_label};
+use crate::exposition::{Encoder, Family, Kind, label_list, push_label};
 use crate::render::{RenderContext, Section};
 
 use super::policy::{Health, Reason};
@@ -273,8 +273,8 @@ pub fn render_view(view: &HealthView, enc: &mut Encoder<'_>, ctx: &RenderContext
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exposition::Format;
     use crate::health::policy::Needs;
-    use crate::render::encode::Format;
 
     fn render(view: &HealthView) -> String {
         let mut out = String::new();

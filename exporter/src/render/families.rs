@@ -3,7 +3,7 @@
 //! `docs/metrics.md` documents the same list with labels and the NVML call behind
 //! each; a test checks the two agree.
 
-use super::encode::{Family, Kind};
+use crate::exposition::{Family, Kind};
 
 const fn gauge(name: &'static str, unit: Option<&'static str>, help: &'static str) -> Family {
     Family { name, kind: Kind::Gauge, help, unit }

@@ -6,8 +6,8 @@
 //! therefore filter `mig_profile=""` or `mig_profile!=""` to avoid counting a GPU's
 //! memory twice.
 
-use super::encode::{Encoder, Family, push_label};
 use super::families as f;
+use crate::exposition::{Encoder, Family, push_label};
 use crate::snapshot::{GpuSnapshot, MigInstance, Snapshot};
 
 /// Label lists of the MIG instances of GPUs that answered this cycle: (labels, instance).

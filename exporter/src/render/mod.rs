@@ -12,16 +12,15 @@
 //! `increase()` and `rate()` would jump and alerts fire again. Who holds a device is the
 //! join with `gpu_device_pod_info` (rendered by [`pods`]); see docs/metrics.md.
 
-pub mod encode;
 pub mod families;
 mod mig;
 mod pods;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use encode::{Encoder, Family, Format, Kind, label_list, push_label};
 use families as f;
 
+use crate::exposition::{Encoder, Family, Format, Kind, label_list, push_label};
 use crate::snapshot::{CLOCK_EVENT_REASONS, GpuReadings, GpuSnapshot, GpuState, NvmlStatus, Snapshot};
 
 /// What rendering needs besides the snapshot.

@@ -12,11 +12,11 @@
 
 use std::collections::HashMap;
 
-use super::encode::{Encoder, push_label};
 use super::families as f;
 use super::{flag, unix_seconds};
-use crate::attribution::{AttributionResult, ContainerRef, Unattributed};
+use crate::exposition::{Encoder, push_label};
 use crate::snapshot::Snapshot;
+use crate::snapshot::attribution::{AttributionResult, ContainerRef, Unattributed};
 
 /// The GPU label lists, with `namespace`, `pod`, `container` added where one container
 /// holds the whole GPU.
@@ -165,11 +165,10 @@ fn render_sources(enc: &mut Encoder<'_>, result: &AttributionResult, own: &str) 
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
-    use super::super::encode::Format;
     use super::super::{RenderContext, render};
     use super::*;
-    use crate::attribution::result::{PodResourcesHealth, PodWatchHealth};
-    use crate::attribution::{MigRef, PodInfo, PodUsage};
+    use crate::exposition::Format;
+    use crate::snapshot::attribution::{MigRef, PodInfo, PodResourcesHealth, PodUsage, PodWatchHealth};
     use crate::snapshot::{GpuIdentity, GpuReadings, GpuSnapshot, GpuState};
 
     fn ctx() -> RenderContext {

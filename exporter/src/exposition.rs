@@ -1,5 +1,9 @@
 //! Low-level writer for the two exposition formats a scraper can ask for.
 //!
+//! A leaf: it names no other module of the crate, so both the exporter's own families
+//! ([`crate::render`]) and the health loop's (`health::metrics`) write through it
+//! without either reaching into the other.
+//!
 //! Prometheus text 0.0.4 and OpenMetrics 1.0 differ only in a few places, all handled
 //! here: a counter's `# TYPE` names the family without `_total` in OpenMetrics but with
 //! it in 0.0.4; `info` is a type of its own in OpenMetrics and a gauge in 0.0.4;

@@ -1,5 +1,8 @@
-//! What attribution attaches to each [`crate::snapshot::Snapshot`]: plain data that the
-//! renderer reads, with no handle on any source.
+//! What attribution attaches to each [`Snapshot`](super::Snapshot): plain data that the
+//! renderer reads, with no handle on any source. It lives with the snapshot rather than
+//! with the attribution stage so that the snapshot names nothing above it: the stage
+//! (`crate::attribution`) writes these types, rendering reads them, and neither imports
+//! the other.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;

@@ -4,9 +4,18 @@
 //! nothing downstream talks to NVML. A reading is `None` when the GPU cannot give it
 //! (`NOT_SUPPORTED` on that model) or the call failed this cycle; failures are
 //! counted in [`CollectorStats`].
+//!
+//! Plain data at the bottom of the crate: this module names no other module of it
+//! (`tests/module_cycles.rs` keeps every module import one-directional), so the
+//! collector, attribution, rendering and the health loop all build on it without
+//! pulling each other in. [`attribution`] holds what the attribution stage attaches.
+
+pub mod attribution;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
+
+use self::attribution::AttributionResult;
 
 /// Everything known after a cycle.
 #[derive(Debug, Clone, Default)]
@@ -20,7 +29,7 @@ pub struct Snapshot {
     pub stats: CollectorStats,
     /// Device owners and per-pod usage for these GPUs; `None` when attribution is not
     /// running (or before the first cycle).
-    pub attribution: Option<crate::attribution::AttributionResult>,
+    pub attribution: Option<AttributionResult>,
 }
 
 /// Whether NVML is usable, and if not why.
