@@ -34,9 +34,9 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tower::ServiceExt as _;
 
+use crate::options::{Options, Transport};
 use crate::peer::{HandshakeCheck, PeerCertificates};
 use crate::reload::ServerTls;
-use crate::serve::{Options, Transport};
 
 /// What every connection task shares.
 pub(crate) struct Context<S> {

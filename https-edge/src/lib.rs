@@ -56,13 +56,14 @@
 //! says), [`ca`](mod@ca) (client CA bundles), `client_auth` (the handshake's client
 //! certificate verifier), [`tls`](mod@tls) (settings to rustls), [`reload`](mod@reload)
 //! (rebuild on file change), `slot` (a replaceable certificate), [`peer`](mod@peer)
-//! (what a request sees), [`serve`](mod@serve) (accept loop, drain) and `conn` (one
-//! connection: TLS, HTTP/1.1 and HTTP/2).
+//! (what a request sees), `options` (transport and limits), [`serve`](mod@serve) (accept
+//! loop, drain) and `conn` (one connection: TLS, HTTP/1.1 and HTTP/2).
 
 pub mod ca;
 pub mod cert;
 mod client_auth;
 mod conn;
+mod options;
 pub mod peer;
 pub mod pem;
 pub mod reload;

@@ -24,8 +24,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::{JoinError, JoinSet};
 
+pub use crate::options::{Options, Transport};
+
 use crate::conn::{self, Context};
-use crate::reload::ServerTls;
 
 /// Why the server could not run.
 #[derive(Debug, thiserror::Error)]
@@ -37,48 +38,6 @@ pub enum ServeError {
 
 /// Result alias for this module.
 pub type Result<T> = std::result::Result<T, ServeError>;
-
-/// How connections are spoken to.
-#[derive(Debug, Clone)]
-pub enum Transport {
-    /// Plain HTTP/1.1, and HTTP/2 with prior knowledge (h2c) when `h2c` is set.
-    Plain {
-        /// Accept h2c beside HTTP/1.1.
-        h2c: bool,
-    },
-    /// TLS with the current (possibly just reloaded) configuration; ALPN picks HTTP/2
-    /// or HTTP/1.1.
-    Tls(Arc<ServerTls>),
-}
-
-/// Tunables of the accept loop.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// How long in-flight connections may run on after shutdown fires.
-    pub drain: Duration,
-    /// How long a client may take to finish its TLS handshake.
-    pub handshake_timeout: Duration,
-    /// How long an HTTP/1 client may take to send a request's headers (and a plain
-    /// client its first bytes).
-    pub header_read_timeout: Duration,
-    /// Connections served (or handshaking) at once; more wait in the kernel backlog.
-    pub max_connections: usize,
-    /// The most bytes of request head (HTTP/1 buffer, HTTP/2 header list) a client may
-    /// send; larger requests are refused by hyper (`431`). `None`: hyper's defaults.
-    pub max_header_bytes: Option<usize>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            drain: Duration::from_secs(10),
-            handshake_timeout: Duration::from_secs(10),
-            header_read_timeout: Duration::from_secs(30),
-            max_connections: 512,
-            max_header_bytes: None,
-        }
-    }
-}
 
 /// Serves `service` on `listener` until `shutdown` completes, then drains open
 /// connections for at most `options.drain`.
