@@ -6,5 +6,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={proto}");
     let descriptors = protox::compile([proto], ["proto"])?;
     tonic_prost_build::configure().build_server(false).build_transport(false).compile_fds(descriptors)?;
+    // Relative relocations packed (DT_RELR, glibc 2.36+, the image's Debian 12 base):
+    // the loader reads 0.43 MiB less at start (docs/benchmarks.md, exporter memory).
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux")
+        && std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu")
+    {
+        println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
     Ok(())
 }

@@ -24,6 +24,7 @@ pub mod exposition;
 pub mod health;
 pub mod kube_config;
 pub mod nvml;
+pub mod process_memory;
 pub mod render;
 pub mod server;
 pub mod snapshot;

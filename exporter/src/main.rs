@@ -16,6 +16,7 @@ use gpu_exporter::web::{self, WebConfig};
 use tokio::net::TcpListener;
 
 fn main() -> ExitCode {
+    gpu_exporter::process_memory::tune_allocator();
     let args = Args::parse();
     init_logging(&args);
     if let Err(e) = args.validate() {

@@ -22,6 +22,14 @@ pub fn target_dir() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_gpu-exporter")).parent().unwrap().to_path_buf()
 }
 
+/// The exporter binary under test: cargo's build for this bench, or another build named
+/// by `GPU_EXPORTER_BENCH_BINARY` (to compare profiles or features side by side).
+pub fn exporter_binary() -> PathBuf {
+    std::env::var_os("GPU_EXPORTER_BENCH_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_gpu-exporter")))
+}
+
 pub fn build_fake(profile_dir: &Path) -> PathBuf {
     let status = Command::new(env!("CARGO"))
         .args(["build", "--release", "-p", "fake-nvml", "--lib"])
@@ -56,7 +64,7 @@ impl Spawned {
     /// The exporter on the simulated node `scenario`, collecting every second; `extra`
     /// flags are appended. Health and the pod watch are off: no API server here.
     pub fn exporter(library: &Path, scenario: &Path, extra: &[String]) -> Spawned {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gpu-exporter"))
+        let mut child = Command::new(exporter_binary())
             .args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--collect-interval", "1s"])
             .args(["--nvml.call-timeout", "500ms", "--health.enabled=false", "--kubernetes.api", "off"])
             .args(extra)
@@ -233,4 +241,40 @@ pub fn resource_use(exporter: &Spawned) {
         proc_status_kib(pid, "VmHWM:") as f64 / 1024.0,
         cpu_percent
     );
+    rss_by_mapping(pid);
+}
+
+/// Where the resident memory is, from `/proc/<pid>/smaps`: file-backed pages grouped by
+/// file (the binary's own code, the NVML library, libc), anonymous pages split into
+/// the heap, thread stacks and the rest (malloc arenas of other threads, tokio buffers).
+pub fn rss_by_mapping(pid: u32) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let mut by_name: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    let mut current = String::new();
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let first = fields.next().unwrap_or("");
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            let (perms, path) = (fields.next().unwrap_or(""), fields.nth(3).unwrap_or(""));
+            current = match path {
+                "" => "anonymous (arenas, thread stacks, other)".to_string(),
+                p if p.starts_with('[') => p.to_string(),
+                p => {
+                    let file = p.rsplit('/').next().unwrap_or(p);
+                    let kind = if perms.contains('x') { "code" } else { "data" };
+                    format!("{file} ({kind})")
+                }
+            };
+        } else if first == "Rss:" {
+            let kib: u64 = fields.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            *by_name.entry(current.clone()).or_default() += kib;
+        }
+    }
+    let mut rows: Vec<(String, u64)> = by_name.into_iter().filter(|(_, kib)| *kib >= 64).collect();
+    rows.sort_by_key(|row| std::cmp::Reverse(row.1));
+    println!("\n| resident by mapping (`/proc/<pid>/smaps`, ≥ 64 KiB) | MiB |\n|---|---|");
+    for (name, kib) in rows {
+        println!("| {name} | {:.2} |", kib as f64 / 1024.0);
+    }
+    println!("| threads | {} |", proc_status_kib(pid, "Threads:"));
 }
