@@ -14,8 +14,8 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::Node;
 use serde::{Deserialize, Serialize};
 
-use super::config::Names;
-use super::policy::{Latch, Reason, Restored};
+use crate::names::Names;
+use crate::policy::{Latch, Reason, Restored};
 
 /// Why a claim could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +74,7 @@ pub struct Claim {
     /// `quarantined`, `unhealthy` (nothing applied: auto-cordon off, or the breaker
     /// is open), or `dry-run`.
     pub state: String,
-    #[serde(with = "super::time::rfc3339")]
+    #[serde(with = "crate::time::rfc3339")]
     pub since: SystemTime,
     pub reasons: Vec<Reason>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -211,7 +211,7 @@ impl NodeView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::policy::Needs;
+    use crate::policy::Needs;
     use std::time::{Duration, UNIX_EPOCH};
 
     fn names() -> Names {

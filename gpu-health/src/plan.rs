@@ -26,9 +26,9 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value, json};
 
-use super::config::Names;
-use super::node_state::{Applied, Claim, Found, NodeView, Overridden};
-use super::policy::{self, Health, Verdict};
+use crate::names::Names;
+use crate::node_state::{Applied, Claim, Found, NodeView, Overridden};
+use crate::policy::{self, Health, Verdict};
 
 /// How far the loop may go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -439,7 +439,7 @@ fn plan_condition(
     if same {
         return;
     }
-    let now_text = super::time::format(now);
+    let now_text = crate::time::format(now);
     let transition = node
         .condition
         .as_ref()
@@ -464,8 +464,8 @@ fn plan_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::node_state::ConditionView;
-    use crate::health::policy::{Needs, Reason};
+    use crate::node_state::ConditionView;
+    use crate::policy::{Needs, Reason};
     use std::time::{Duration, UNIX_EPOCH};
 
     fn names() -> Names {
@@ -730,7 +730,7 @@ mod tests {
 
     fn unhealthy(reasons: Vec<Reason>) -> Verdict {
         let mut reasons = reasons;
-        reasons.sort_by(crate::health::policy::primary_order);
+        reasons.sort_by(crate::policy::primary_order);
         Verdict { reasons, ..sick() }
     }
 

@@ -1,6 +1,6 @@
 //! The health policy: from the history of observations to a verdict for the node.
 //!
-//! Pure: no clock, no I/O. The loop feeds it one [`Observation`] per check with the
+//! Pure: no clock, no I/O. The loop feeds it one [`Assessment`] per check with the
 //! time of the check, and restores it from the node after a restart.
 //!
 //! - A **fatal** signal (lost GPU, uncorrectable ECC, failed row remap, an actionable
@@ -24,8 +24,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::signals::{Availability, Observation, Severity, SignalKind};
-use super::xid::{XidClass, XidTable};
+use crate::signals::{Assessment, Availability, Severity, SignalKind};
+use crate::xid::{XidClass, XidTable};
 
 /// The policy's knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +82,7 @@ pub struct Reason {
     /// When the policy first confirmed it in this episode, to the second (as it is
     /// kept on the node); it decides between reasons of equal severity (see [`primary`]). `None` in claims written before it was
     /// recorded: taken as older than any recorded one.
-    #[serde(default, rename = "firstSeen", skip_serializing_if = "Option::is_none", with = "super::time::rfc3339_opt")]
+    #[serde(default, rename = "firstSeen", skip_serializing_if = "Option::is_none", with = "crate::time::rfc3339_opt")]
     pub first_seen: Option<SystemTime>,
 }
 
@@ -163,7 +163,7 @@ pub fn primary(reasons: &[Reason]) -> Option<&Reason> {
 #[serde(rename_all = "camelCase")]
 pub struct Latch {
     pub reason: Reason,
-    #[serde(with = "super::time::rfc3339")]
+    #[serde(with = "crate::time::rfc3339")]
     pub since: SystemTime,
     /// Volatile ECC errors when it was set; fewer later means the GPU was reset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -318,7 +318,7 @@ impl PolicyState {
     }
 
     /// Runs one check.
-    pub fn step(&mut self, obs: &Observation, kind: CheckKind, at: SystemTime) -> Verdict {
+    pub fn step(&mut self, obs: &Assessment, kind: CheckKind, at: SystemTime) -> Verdict {
         if !obs.observable {
             return self.verdict(Vec::new(), Vec::new());
         }
@@ -335,7 +335,7 @@ impl PolicyState {
                     code: s.kind.code(),
                     detail: s.detail.clone(),
                     needs: Needs::Nothing,
-                    first_seen: Some(super::time::whole_seconds(at)),
+                    first_seen: Some(crate::time::whole_seconds(at)),
                 };
                 present.push((Some(gpu.index), s.kind, reason));
             }
@@ -347,7 +347,7 @@ impl PolicyState {
                 code: SignalKind::NvmlHung.code(),
                 detail: failed.clone(),
                 needs: Needs::Nothing,
-                first_seen: Some(super::time::whole_seconds(at)),
+                first_seen: Some(crate::time::whole_seconds(at)),
             };
             present.push((None, SignalKind::NvmlHung, reason));
         }
@@ -425,7 +425,7 @@ impl PolicyState {
         Verdict { health, since, reasons, latches: self.latches.clone(), pending, notes, changed }
     }
 
-    fn clear_latches_with_evidence(&mut self, obs: &Observation) -> Vec<String> {
+    fn clear_latches_with_evidence(&mut self, obs: &Assessment) -> Vec<String> {
         let mut notes = Vec::new();
         self.latches.retain_mut(|latch| {
             let Some(gpu) = obs.gpus.iter().find(|g| Some(g.index) == latch.reason.gpu) else { return true };
@@ -456,7 +456,7 @@ impl PolicyState {
         notes
     }
 
-    fn read_xids(&mut self, obs: &Observation, at: SystemTime, confirmed: &mut Vec<Reason>, notes: &mut Vec<String>) {
+    fn read_xids(&mut self, obs: &Assessment, at: SystemTime, confirmed: &mut Vec<Reason>, notes: &mut Vec<String>) {
         for gpu in &obs.gpus {
             for (code, count) in &gpu.xid_counts {
                 let seen = self.xid_seen.entry((gpu.index, *code)).or_insert(0);
@@ -482,7 +482,7 @@ impl PolicyState {
                     code: SignalKind::Xid(*code).code(),
                     detail: format!("XID {code}: {meaning}"),
                     needs,
-                    first_seen: Some(super::time::whole_seconds(at)),
+                    first_seen: Some(crate::time::whole_seconds(at)),
                 };
                 if needs == Needs::Nothing {
                     confirmed.push(reason);
@@ -518,7 +518,7 @@ fn keep_first_details(known: &[Reason], now: Vec<Reason>) -> Vec<Reason> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::signals::{GpuObservation, Signal};
+    use crate::signals::{GpuAssessment, Signal};
     use std::time::UNIX_EPOCH;
 
     const T0: u64 = 1_700_000_000;
@@ -535,8 +535,8 @@ mod tests {
         PolicyState::new(settings(), XidTable::default())
     }
 
-    fn gpu(signals: &[SignalKind]) -> GpuObservation {
-        GpuObservation {
+    fn gpu(signals: &[SignalKind]) -> GpuAssessment {
+        GpuAssessment {
             index: 0,
             uuid: "GPU-a".into(),
             availability: if signals.contains(&SignalKind::GpuLost) { Availability::Gone } else { Availability::Ok },
@@ -546,8 +546,8 @@ mod tests {
         }
     }
 
-    fn obs(gpus: Vec<GpuObservation>) -> Observation {
-        Observation {
+    fn obs(gpus: Vec<GpuAssessment>) -> Assessment {
+        Assessment {
             generation: 1,
             observable: true,
             nvml_failed: None,
@@ -556,7 +556,7 @@ mod tests {
         }
     }
 
-    fn with_xid(mut g: GpuObservation, code: u64, count: u64) -> GpuObservation {
+    fn with_xid(mut g: GpuAssessment, code: u64, count: u64) -> GpuAssessment {
         g.xid_counts.insert(code, count);
         g
     }

@@ -1,6 +1,6 @@
 //! The Kubernetes API edge of the health loop: read the Node, patch it and its
 //! status, write Events. Every request is retried on 429, 5xx and no answer with
-//! backoff and jitter ([`super::retry`]); a 409 goes back to the caller, which reads
+//! backoff and jitter ([`crate::retry`]); a 409 goes back to the caller, which reads
 //! the Node again and plans anew.
 //!
 //! Patches are strategic-merge patches (`application/strategic-merge-patch+json`):
@@ -16,9 +16,9 @@ use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use super::node_state::NodeView;
-use super::plan::EventSpec;
-use super::retry::{Backoff, Failure, classify, retry};
+use crate::retry::{Backoff, Failure, classify, retry};
+use gpu_health::node_state::NodeView;
+use gpu_health::plan::EventSpec;
 
 /// A request that did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -171,7 +171,7 @@ impl NodeApi {
 /// The Event object: a core/v1 Event naming the Node, as the kubelet writes them.
 pub fn event_object(node: &str, uid: &str, namespace: &str, spec: &EventSpec, now: SystemTime) -> Event {
     let nanos = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let stamp = super::time::format(now);
+    let stamp = gpu_health::time::format(now);
     let value = json!({
         "apiVersion": "v1",
         "kind": "Event",
@@ -205,7 +205,7 @@ fn truncate(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::plan::EventType;
+    use gpu_health::plan::EventType;
     use std::time::{Duration, UNIX_EPOCH};
 
     #[test]
