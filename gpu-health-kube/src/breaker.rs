@@ -41,6 +41,7 @@ use crate::actions::OnRetry;
 use crate::retry::{Backoff, Failure, classify, retry};
 use gpu_health::breaker::{Decision, FleetNode, decide};
 use gpu_health::names::{BreakerSettings, Names};
+use gpu_health::node_state::{QuarantineState, claim_state};
 
 /// Why the breaker could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -186,8 +187,8 @@ impl Breaker {
                     .annotations
                     .as_ref()
                     .and_then(|a| a.get(&self.names.state_annotation))
-                    .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
-                    .is_some_and(|v| v.get("state").and_then(|s| s.as_str()) == Some("quarantined"));
+                    .and_then(|text| claim_state(text))
+                    .is_some_and(|state| state == QuarantineState::Quarantined);
                 FleetNode { name: n.metadata.name.unwrap_or_default(), quarantined }
             })
             .collect();

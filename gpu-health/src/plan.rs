@@ -24,10 +24,11 @@
 
 use std::time::SystemTime;
 
+use k8s_openapi::api::core::v1::Taint;
 use serde_json::{Map, Value, json};
 
 use crate::names::Names;
-use crate::node_state::{Applied, Claim, Found, NodeView, Overridden};
+use crate::node_state::{Applied, Claim, Found, NodeView, Overridden, QuarantineState};
 use crate::policy::{self, Health, Verdict};
 
 /// How far the loop may go.
@@ -131,7 +132,7 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
     let old = old_text.and_then(|t| Claim::parse(key, t).ok());
     let mut claim = old.clone();
     let mut unschedulable: Option<bool> = None;
-    let mut taints: Option<Vec<Value>> = None;
+    let mut taints: Option<Vec<Taint>> = None;
 
     if mode != Mode::DryRun
         && let Some(c) = claim.as_mut()
@@ -150,7 +151,8 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
             let mut told = false;
             let mut moved_taint = None;
             let mut c = claim.take().unwrap_or_else(|| Claim {
-                state: String::new(),
+                // Set by every mode below.
+                state: QuarantineState::Unhealthy,
                 since,
                 reasons: Vec::new(),
                 latches: Vec::new(),
@@ -176,7 +178,7 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
                     }
                     intended.push(format!("condition {}=False reason {primary}", names.condition_type));
                     let first = old.as_ref().is_none_or(|o| o.intended != intended);
-                    c.state = "dry-run".into();
+                    c.state = QuarantineState::DryRun;
                     c.intended = intended;
                     if first || old.as_ref().is_some_and(|o| o.reasons != c.reasons) {
                         out.actions.push("dry_run");
@@ -192,7 +194,7 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
                     told = true;
                 }
                 Mode::ConditionOnly => {
-                    c.state = "unhealthy".into();
+                    c.state = QuarantineState::Unhealthy;
                     if old.is_none() {
                         out.events.push(EventSpec {
                             kind: EventType::Warning,
@@ -244,7 +246,12 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
                     }
                     if taint {
                         let mut list = node.taints.clone();
-                        list.push(json!({"key": names.taint_key, "value": primary, "effect": "NoSchedule"}));
+                        list.push(Taint {
+                            key: names.taint_key.clone(),
+                            value: Some(primary.clone()),
+                            effect: "NoSchedule".into(),
+                            time_added: None,
+                        });
                         taints = Some(list);
                         c.applied.taint = Some(primary.clone());
                         out.actions.push("taint");
@@ -258,8 +265,8 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
                             .iter()
                             .map(|t| {
                                 let mut t = t.clone();
-                                if t.get("key").and_then(Value::as_str) == Some(names.taint_key.as_str()) {
-                                    t["value"] = Value::String(primary.clone());
+                                if t.key == names.taint_key {
+                                    t.value = Some(primary.clone());
                                 }
                                 t
                             })
@@ -272,7 +279,8 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
                     if c.found.unschedulable && cordon {
                         c.found.unschedulable = false;
                     }
-                    c.state = if c.applied.anything() { "quarantined" } else { "unhealthy" }.into();
+                    c.state =
+                        if c.applied.anything() { QuarantineState::Quarantined } else { QuarantineState::Unhealthy };
                     if !done.is_empty() {
                         let already = if node.unschedulable && !c.applied.cordon {
                             " (the node was already cordoned by someone else; that cordon stays theirs)"
@@ -324,12 +332,8 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
                         lifted.push("uncordoned".to_string());
                     }
                     if c.applied.taint.is_some() && node.taint(&names.taint_key).is_some() {
-                        let list: Vec<Value> = node
-                            .taints
-                            .iter()
-                            .filter(|t| t.get("key").and_then(Value::as_str) != Some(names.taint_key.as_str()))
-                            .cloned()
-                            .collect();
+                        let list: Vec<Taint> =
+                            node.taints.iter().filter(|t| t.key != names.taint_key).cloned().collect();
                         taints = Some(list);
                         out.actions.push("untaint");
                         lifted.push(format!("removed taint {}", names.taint_key));
@@ -379,7 +383,7 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
             spec.insert("unschedulable".into(), if u { Value::Bool(true) } else { Value::Null });
         }
         if let Some(t) = taints {
-            spec.insert("taints".into(), Value::Array(t));
+            spec.insert("taints".into(), json!(t));
         }
         if !spec.is_empty() {
             patch.insert("spec".into(), Value::Object(spec));
@@ -505,7 +509,7 @@ mod tests {
             uid: "u1".into(),
             resource_version: "7".into(),
             boot_id: "boot-1".into(),
-            taints: vec![json!({"key": "other", "effect": "NoExecute"})],
+            taints: vec![Taint { key: "other".into(), effect: "NoExecute".into(), ..Taint::default() }],
             ..NodeView::default()
         }
     }
@@ -528,8 +532,8 @@ mod tests {
                 Some(Value::Null) => n.unschedulable = false,
                 _ => {}
             }
-            if let Some(t) = patch["spec"]["taints"].as_array() {
-                n.taints = t.clone();
+            if let Some(t) = patch["spec"].get("taints") {
+                n.taints = serde_json::from_value(t.clone()).unwrap();
             }
         }
         if let Some(s) = &p.status_patch {
@@ -574,7 +578,7 @@ mod tests {
         assert_eq!(p.actions, vec!["cordon", "taint", "condition"]);
         let after = apply(&node(), &p);
         let c = claim(&after);
-        assert_eq!(c.state, "quarantined");
+        assert_eq!(c.state, QuarantineState::Quarantined);
         assert_eq!(c.applied, Applied { cordon: true, taint: Some("Xid79".into()) });
         assert_eq!(c.boot_id, "boot-1");
         // The same verdict again plans nothing: no duplicated action.
@@ -670,7 +674,7 @@ mod tests {
         assert!(p.events.is_empty());
         assert_eq!(p.actions, vec!["condition"]);
         let q = apply(&node(), &p);
-        assert_eq!(claim(&q).state, "unhealthy");
+        assert_eq!(claim(&q).state, QuarantineState::Unhealthy);
         assert!(!claim(&q).blocked);
     }
 
@@ -735,7 +739,7 @@ mod tests {
     }
 
     fn our_taint(n: &NodeView) -> Option<String> {
-        n.taint("gpu-telemetry.io/gpu-unhealthy").and_then(|t| t["value"].as_str()).map(String::from)
+        n.taint("gpu-telemetry.io/gpu-unhealthy").and_then(|t| t.value.clone())
     }
 
     /// The primary reason each Event of `p` names.
