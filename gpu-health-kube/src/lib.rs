@@ -52,7 +52,7 @@ use breaker::{Breaker, BreakerError};
 use config::HealthSettings;
 use gpu_health::node_state::NodeView;
 use gpu_health::observation::Observation;
-use gpu_health::plan::{Mode, Permit, plan};
+use gpu_health::plan::{Mode, Permit, Plan, plan};
 use gpu_health::policy::{CheckKind, Health, PolicyState, Verdict};
 use gpu_health::signals::{self, Assessment};
 use gpu_health::view::{BreakerView, GpuHealth, HealthMetrics};
@@ -485,79 +485,25 @@ impl HealthLoop {
         }
     }
 
+    /// Reads the Node, plans, asks the breaker when the plan needs it, and writes;
+    /// on a 409 reads and plans again, up to `ATTEMPTS` times.
     async fn reconcile(&mut self) -> Result<()> {
         const ATTEMPTS: u32 = 5;
         let Some(kube) = self.kube.clone() else { return Ok(()) };
-        let names = self.settings.names.clone();
-        let names = &names;
         for attempt in 0..ATTEMPTS {
             // From the API server's cache first; after a conflict, the latest version.
             let node = kube.node.get(attempt > 0).await?;
-            let view = NodeView::from_node(&node, names);
+            let view = NodeView::from_node(&node, &self.settings.names);
             let now = SystemTime::now();
             if !self.restored {
-                // Never act on a verdict reached without the state the node carries:
-                // take it back, then judge the last observation again (an event
-                // check, so no count advances).
-                self.restore_from(&view);
-                if let Some(obs) = self.last_obs.clone() {
-                    let verdict = self.policy.step(&obs, CheckKind::Event, now);
-                    let (health, since, reasons) = (verdict.health, verdict.since, verdict.reasons.clone());
-                    self.metrics.update(|v| {
-                        v.health = health;
-                        v.since = since;
-                        v.reasons = reasons;
-                    });
-                    self.verdict = Some(verdict);
-                }
+                self.restore_and_judge_again(&view, now);
             }
             self.take_reset_acknowledgement(&view);
             let Some(verdict) = self.verdict.clone() else { return Ok(()) };
-            let verdict = &verdict;
-            let mut p = plan(&view, verdict, self.mode, &Permit::NotAsked, names, now);
-            let mut breaker_error = None;
-            if p.needs_permit {
-                let permit = match kube.breaker.acquire(now).await {
-                    Ok(decision) => {
-                        let breaker = BreakerView {
-                            open: !decision.granted,
-                            quarantined: decision.quarantined,
-                            limit: decision.limit,
-                            fleet: decision.fleet,
-                        };
-                        self.metrics.update(|v| v.breaker = Some(breaker));
-                        if decision.granted {
-                            self.breaker_held = Some(true);
-                        } else {
-                            tracing::warn!(
-                                node = %self.node,
-                                quarantined = decision.quarantined,
-                                limit = decision.limit,
-                                gpu_nodes = decision.fleet,
-                                "circuit breaker open: not quarantining this node"
-                            );
-                        }
-                        decision.permit()
-                    }
-                    // Without the breaker's answer nothing is cordoned, but the
-                    // condition still tells; the reconcile is retried.
-                    Err(e) => {
-                        breaker_error = Some(e);
-                        Permit::Unavailable
-                    }
-                };
-                p = plan(&view, verdict, self.mode, &permit, names, now);
-            }
-            let opted_out = p.opted_out;
-            self.metrics.update(|v| v.opted_out = opted_out);
-            if opted_out {
-                if !self.opted_out_logged {
-                    tracing::info!(node = %self.node, label = %names.opt_out_label, "node opted out: changing nothing on it");
-                    self.opted_out_logged = true;
-                }
+            let (p, breaker_error) = self.plan_with_permit(&kube, &view, &verdict, now).await;
+            if self.opted_out(&p) {
                 return Ok(());
             }
-            self.opted_out_logged = false;
             if let Some(patch) = &p.node_patch {
                 match kube.node.patch(patch).await {
                     Ok(_) => {}
@@ -571,44 +517,131 @@ impl HealthLoop {
             if let Some(patch) = &p.status_patch {
                 kube.node.patch_status(patch).await?;
             }
-            let mut events_written = 0;
-            for event in &p.events {
-                match kube.node.event(&view, event, now).await {
-                    Ok(()) => events_written += 1,
-                    Err(e) => {
-                        tracing::warn!(node = %self.node, reason = event.reason, error = %e, "cannot write an Event")
-                    }
-                }
-            }
-            for event in &p.events {
-                tracing::info!(node = %self.node, reason = event.reason, "{}", event.message);
-            }
-            if self.mode == Mode::Enforce && p.owns_nothing && self.breaker_held != Some(false) {
-                kube.breaker.release().await?;
-                self.breaker_held = Some(false);
-                self.metrics.update(|v| {
-                    if let Some(b) = v.breaker.as_mut() {
-                        b.open = false;
-                    }
-                });
-            }
+            let events_written = self.write_events(&kube, &view, &p, now).await;
+            self.leave_breaker_if_done(&kube, &p).await?;
             if let Some(e) = breaker_error {
                 return Err(e.into());
             }
-            let actions = p.actions.clone();
-            let quarantined = self.mode == Mode::Enforce && !p.owns_nothing;
-            self.metrics.update(|v| {
-                for a in actions {
-                    *v.actions.entry(a).or_default() += 1;
-                }
-                if events_written > 0 {
-                    *v.actions.entry("event").or_default() += events_written;
-                }
-                v.quarantined = quarantined;
-            });
+            self.count_actions(&p, events_written);
             return Ok(());
         }
         Err(HealthError::Contended(self.node.clone(), ATTEMPTS))
+    }
+
+    /// Never acts on a verdict reached without the state the node carries: takes it
+    /// back, then judges the last observation again (an event check, so no count
+    /// advances).
+    fn restore_and_judge_again(&mut self, view: &NodeView, now: SystemTime) {
+        self.restore_from(view);
+        if let Some(obs) = self.last_obs.clone() {
+            let verdict = self.policy.step(&obs, CheckKind::Event, now);
+            let (health, since, reasons) = (verdict.health, verdict.since, verdict.reasons.clone());
+            self.metrics.update(|v| {
+                v.health = health;
+                v.since = since;
+                v.reasons = reasons;
+            });
+            self.verdict = Some(verdict);
+        }
+    }
+
+    /// The plan, with the breaker's answer when it starts a new quarantine. Without
+    /// that answer nothing is cordoned, but the condition still tells; the error is
+    /// returned for the reconcile to be retried.
+    async fn plan_with_permit(
+        &mut self,
+        kube: &Kube,
+        view: &NodeView,
+        verdict: &Verdict,
+        now: SystemTime,
+    ) -> (Plan, Option<BreakerError>) {
+        let names = &self.settings.names;
+        let p = plan(view, verdict, self.mode, &Permit::NotAsked, names, now);
+        if !p.needs_permit {
+            return (p, None);
+        }
+        let (permit, error) = match kube.breaker.acquire(now).await {
+            Ok(decision) => {
+                let breaker = BreakerView {
+                    open: !decision.granted,
+                    quarantined: decision.quarantined,
+                    limit: decision.limit,
+                    fleet: decision.fleet,
+                };
+                self.metrics.update(|v| v.breaker = Some(breaker));
+                if decision.granted {
+                    self.breaker_held = Some(true);
+                } else {
+                    tracing::warn!(
+                        node = %self.node,
+                        quarantined = decision.quarantined,
+                        limit = decision.limit,
+                        gpu_nodes = decision.fleet,
+                        "circuit breaker open: not quarantining this node"
+                    );
+                }
+                (decision.permit(), None)
+            }
+            Err(e) => (Permit::Unavailable, Some(e)),
+        };
+        (plan(view, verdict, self.mode, &permit, &self.settings.names, now), error)
+    }
+
+    /// Whether the node opted out (logged once per opt-out).
+    fn opted_out(&mut self, p: &Plan) -> bool {
+        let opted_out = p.opted_out;
+        self.metrics.update(|v| v.opted_out = opted_out);
+        if !opted_out {
+            self.opted_out_logged = false;
+        } else if !self.opted_out_logged {
+            let label = &self.settings.names.opt_out_label;
+            tracing::info!(node = %self.node, label = %label, "node opted out: changing nothing on it");
+            self.opted_out_logged = true;
+        }
+        opted_out
+    }
+
+    /// Writes the plan's Events (a failed one is logged, not retried) and logs each;
+    /// returns how many were written.
+    async fn write_events(&self, kube: &Kube, view: &NodeView, p: &Plan, now: SystemTime) -> u64 {
+        let mut written = 0;
+        for event in &p.events {
+            match kube.node.event(view, event, now).await {
+                Ok(()) => written += 1,
+                Err(e) => tracing::warn!(node = %self.node, reason = event.reason, error = %e, "cannot write an Event"),
+            }
+        }
+        for event in &p.events {
+            tracing::info!(node = %self.node, reason = event.reason, "{}", event.message);
+        }
+        written
+    }
+
+    /// Gives the breaker's place back once the loop owns nothing on the node.
+    async fn leave_breaker_if_done(&mut self, kube: &Kube, p: &Plan) -> Result<()> {
+        if self.mode == Mode::Enforce && p.owns_nothing && self.breaker_held != Some(false) {
+            kube.breaker.release().await?;
+            self.breaker_held = Some(false);
+            self.metrics.update(|v| {
+                if let Some(b) = v.breaker.as_mut() {
+                    b.open = false;
+                }
+            });
+        }
+        Ok(())
+    }
+
+    fn count_actions(&self, p: &Plan, events_written: u64) {
+        let quarantined = self.mode == Mode::Enforce && !p.owns_nothing;
+        self.metrics.update(|v| {
+            for a in &p.actions {
+                *v.actions.entry(a).or_default() += 1;
+            }
+            if events_written > 0 {
+                *v.actions.entry("event").or_default() += events_written;
+            }
+            v.quarantined = quarantined;
+        });
     }
 }
 
