@@ -325,41 +325,9 @@ impl PolicyState {
         let mut notes = self.clear_latches_with_evidence(obs);
         let mut confirmed = Vec::new();
         self.read_xids(obs, at, &mut confirmed, &mut notes);
-
-        let mut present: Vec<(Option<u32>, SignalKind, Reason)> = Vec::new();
-        for gpu in &obs.gpus {
-            for s in &gpu.signals {
-                let reason = Reason {
-                    gpu: Some(gpu.index),
-                    uuid: gpu.uuid.clone(),
-                    code: s.kind.code(),
-                    detail: s.detail.clone(),
-                    needs: Needs::Nothing,
-                    first_seen: Some(crate::time::whole_seconds(at)),
-                };
-                present.push((Some(gpu.index), s.kind, reason));
-            }
-        }
-        if let Some(failed) = &obs.nvml_failed {
-            let reason = Reason {
-                gpu: None,
-                uuid: String::new(),
-                code: SignalKind::NvmlHung.code(),
-                detail: failed.clone(),
-                needs: Needs::Nothing,
-                first_seen: Some(crate::time::whole_seconds(at)),
-            };
-            present.push((None, SignalKind::NvmlHung, reason));
-        }
+        let present = present_signals(obs, at);
         if kind == CheckKind::Scheduled {
-            let mut streaks = BTreeMap::new();
-            for (gpu, signal, _) in &present {
-                if signal.severity() == Severity::Noisy {
-                    let before = self.streaks.get(&(*gpu, *signal)).copied().unwrap_or(0);
-                    streaks.insert((*gpu, *signal), before.saturating_add(1));
-                }
-            }
-            self.streaks = streaks;
+            self.count_streaks(&present);
         }
         let mut pending = Vec::new();
         for (gpu, signal, reason) in present {
@@ -375,7 +343,33 @@ impl PolicyState {
         confirmed.dedup();
         pending.sort();
         pending.dedup();
+        self.advance(confirmed, !pending.is_empty(), kind, at, &mut notes);
+        self.verdict(pending, notes)
+    }
 
+    /// Noisy signals seen on this scheduled check extend their streak; any other
+    /// streak starts again.
+    fn count_streaks(&mut self, present: &[(Option<u32>, SignalKind, Reason)]) {
+        let mut streaks = BTreeMap::new();
+        for (gpu, signal, _) in present {
+            if signal.severity() == Severity::Noisy {
+                let before = self.streaks.get(&(*gpu, *signal)).copied().unwrap_or(0);
+                streaks.insert((*gpu, *signal), before.saturating_add(1));
+            }
+        }
+        self.streaks = streaks;
+    }
+
+    /// The phase after this check: unhealthy on a confirmed reason, healthy again
+    /// only after `recovery_checks` clean scheduled checks and `min_quarantine`.
+    fn advance(
+        &mut self,
+        mut confirmed: Vec<Reason>,
+        pending: bool,
+        kind: CheckKind,
+        at: SystemTime,
+        notes: &mut Vec<String>,
+    ) {
         let bad = !confirmed.is_empty();
         self.phase = match std::mem::replace(&mut self.phase, Phase::Unknown) {
             Phase::Unknown | Phase::Healthy if bad => {
@@ -388,7 +382,7 @@ impl PolicyState {
                 self.healthy_streak = 0;
                 Phase::Unhealthy { since, reasons: keep_first_details(&reasons, confirmed) }
             }
-            Phase::Unhealthy { since, reasons } if !pending.is_empty() => {
+            Phase::Unhealthy { since, reasons } if pending => {
                 self.healthy_streak = 0;
                 Phase::Unhealthy { since, reasons }
             }
@@ -405,7 +399,6 @@ impl PolicyState {
             }
             unchanged => unchanged,
         };
-        self.verdict(pending, notes)
     }
 
     /// Healthy checks so far towards recovery.
@@ -501,6 +494,38 @@ impl PolicyState {
             }
         }
     }
+}
+
+/// The level signals of this check, per GPU (and NVML itself when it failed), as
+/// reasons first seen now.
+fn present_signals(obs: &Assessment, at: SystemTime) -> Vec<(Option<u32>, SignalKind, Reason)> {
+    let first_seen = Some(crate::time::whole_seconds(at));
+    let mut present = Vec::new();
+    for gpu in &obs.gpus {
+        for s in &gpu.signals {
+            let reason = Reason {
+                gpu: Some(gpu.index),
+                uuid: gpu.uuid.clone(),
+                code: s.kind.code(),
+                detail: s.detail.clone(),
+                needs: Needs::Nothing,
+                first_seen,
+            };
+            present.push((Some(gpu.index), s.kind, reason));
+        }
+    }
+    if let Some(failed) = &obs.nvml_failed {
+        let reason = Reason {
+            gpu: None,
+            uuid: String::new(),
+            code: SignalKind::NvmlHung.code(),
+            detail: failed.clone(),
+            needs: Needs::Nothing,
+            first_seen,
+        };
+        present.push((None, SignalKind::NvmlHung, reason));
+    }
+    present
 }
 
 /// A reason already known keeps the detail and the time it was first seen with, so

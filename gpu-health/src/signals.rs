@@ -242,7 +242,27 @@ pub fn assess(observation: &Observation, limits: &Thresholds) -> Assessment {
 fn assess_gpu(gpu: &GpuReadings, limits: &Thresholds) -> GpuAssessment {
     let mut signals = Vec::new();
     let mut push = |kind, detail: String| signals.push(Signal { kind, detail });
-    let availability = match &gpu.state {
+    let availability = availability(gpu, &mut push);
+    memory_signals(gpu, limits, &mut push);
+    match gpu.recovery {
+        Some(Recovery::Reset) => push(SignalKind::RecoveryReset, "the driver asks for a GPU reset".into()),
+        Some(Recovery::Reboot) => push(SignalKind::RecoveryReboot, "the driver asks for a node reboot".into()),
+        None => {}
+    }
+    thermal_signals(gpu, limits, &mut push);
+    GpuAssessment {
+        index: gpu.index,
+        uuid: gpu.uuid.clone(),
+        availability,
+        signals,
+        xid_counts: gpu.xid_counts.clone(),
+        ecc_volatile: gpu.ecc.map(|ecc| ecc.corrected.saturating_add(ecc.uncorrected)),
+    }
+}
+
+/// Whether the GPU answered, and the signal when it did not.
+fn availability(gpu: &GpuReadings, push: &mut impl FnMut(SignalKind, String)) -> Availability {
+    match &gpu.state {
         GpuState::Ok => Availability::Ok,
         GpuState::Unknown => Availability::Unknown,
         GpuState::Lost => {
@@ -257,10 +277,12 @@ fn assess_gpu(gpu: &GpuReadings, limits: &Thresholds) -> GpuAssessment {
             push(SignalKind::NvmlHung, format!("{call} is past its deadline"));
             Availability::Hung
         }
-    };
-    let mut ecc_volatile = None;
+    }
+}
+
+/// ECC errors, row remapping and page retirement.
+fn memory_signals(gpu: &GpuReadings, limits: &Thresholds, push: &mut impl FnMut(SignalKind, String)) {
     if let Some(ecc) = gpu.ecc {
-        ecc_volatile = Some(ecc.corrected.saturating_add(ecc.uncorrected));
         if ecc.uncorrected > 0 {
             push(
                 SignalKind::EccUncorrected,
@@ -296,11 +318,11 @@ fn assess_gpu(gpu: &GpuReadings, limits: &Thresholds) -> GpuAssessment {
             push(SignalKind::RetiredPagesPending, "a page retirement waits for a driver reload".into());
         }
     }
-    match gpu.recovery {
-        Some(Recovery::Reset) => push(SignalKind::RecoveryReset, "the driver asks for a GPU reset".into()),
-        Some(Recovery::Reboot) => push(SignalKind::RecoveryReboot, "the driver asks for a node reboot".into()),
-        None => {}
-    }
+}
+
+/// Temperature against the threshold and the GPU's own slowdown point, and the
+/// hardware slowdowns the clocks report.
+fn thermal_signals(gpu: &GpuReadings, limits: &Thresholds, push: &mut impl FnMut(SignalKind, String)) {
     if let Some(t) = gpu.temperature_celsius {
         let slowdown_near =
             gpu.temperature_slowdown_celsius.filter(|s| t.saturating_add(limits.slowdown_margin_c) >= *s && *s > 0);
@@ -320,14 +342,6 @@ fn assess_gpu(gpu: &GpuReadings, limits: &Thresholds) -> GpuAssessment {
         if active & HW_POWER_BRAKE_SLOWDOWN != 0 {
             push(SignalKind::PowerBrakeSlowdown, "the power brake is lowering the clocks".into());
         }
-    }
-    GpuAssessment {
-        index: gpu.index,
-        uuid: gpu.uuid.clone(),
-        availability,
-        signals,
-        xid_counts: gpu.xid_counts.clone(),
-        ecc_volatile,
     }
 }
 
