@@ -107,7 +107,7 @@ async fn run(
         }
         false => None,
     };
-    let sections = health.as_ref().map(|h| h.sections()).unwrap_or_default();
+    let sections = health.as_ref().map(gpu_exporter::health::sections).unwrap_or_default();
     let app = router(AppState::with_sections(snapshots, context, sections));
     web::serve(listener, app, Arc::new(web_config), shutdown_signal(), args.shutdown_timeout)
         .await

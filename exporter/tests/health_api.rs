@@ -319,7 +319,7 @@ fn an_operator_reset_acknowledgement_releases_a_reset_the_loop_could_not_see() {
 
 #[test]
 fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
-    use gpu_exporter::health::node_state::{Applied, Claim, Found, Overridden};
+    use gpu_exporter::health::node_state::{Applied, Claim, Found, Overridden, QuarantineState};
     use gpu_exporter::health::policy::{Latch, Needs, Reason};
 
     let api = FakeApi::start();
@@ -334,7 +334,7 @@ fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
     };
     let since = SystemTime::now() - Duration::from_secs(3600);
     let claim = Claim {
-        state: "quarantined".into(),
+        state: QuarantineState::Quarantined,
         since,
         reasons: vec![reason.clone()],
         latches: vec![Latch {

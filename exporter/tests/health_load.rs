@@ -16,7 +16,7 @@ mod health_support;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use gpu_exporter::health::node_state::{Applied, Claim, Found, Overridden};
+use gpu_exporter::health::node_state::{Applied, Claim, Found, Overridden, QuarantineState};
 use gpu_exporter::health::policy::{Health, Needs, Reason};
 use health_support::in_process::{Loop, NS, settings, snapshot, xid79};
 use health_support::{FakeApi, Request, gpu_node};
@@ -42,7 +42,7 @@ fn quarantined_claim(node: &str) -> String {
         first_seen: None,
     };
     Claim {
-        state: "quarantined".into(),
+        state: QuarantineState::Quarantined,
         since: SystemTime::now() - Duration::from_secs(3600),
         reasons: vec![reason],
         latches: vec![],

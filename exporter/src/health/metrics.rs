@@ -1,16 +1,14 @@
 //! The health loop's metric families, rendered after the exporter's own through the
-//! [`Section`] hook. The loop updates a [`HealthMetrics`] after every check and
-//! every API call; a scrape reads it and never waits on the loop.
+//! [`Section`] hook. The loop updates a [`HealthMetrics`] (`gpu-health`'s view) after
+//! every check and every API call; a scrape reads it and never waits on the loop.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use crate::exposition::{Encoder, Family, Kind, label_list, push_label};
 use crate::render::{RenderContext, Section};
 
-use super::policy::{Health, Reason};
+use gpu_health::policy::Health;
+pub use gpu_health::view::{BreakerView, GpuHealth, HealthMetrics, HealthView};
 
 const fn gauge(name: &'static str, help: &'static str) -> Family {
     Family { name, kind: Kind::Gauge, help, unit: None }
@@ -96,82 +94,6 @@ pub const ALL: &[Family] = &[
     MODE,
 ];
 
-/// One GPU's health as last checked.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct GpuHealth {
-    pub index: u32,
-    pub uuid: String,
-    pub model: String,
-    /// (signal code, confirmed)
-    pub signals: Vec<(String, bool)>,
-}
-
-/// The breaker as last asked.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BreakerView {
-    pub open: bool,
-    pub quarantined: usize,
-    pub limit: usize,
-    pub fleet: usize,
-}
-
-/// Everything the health families show.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HealthView {
-    pub mode: &'static str,
-    pub api: &'static str,
-    pub health: Health,
-    pub since: Option<SystemTime>,
-    pub reasons: Vec<Reason>,
-    pub gpus: Vec<GpuHealth>,
-    pub quarantined: bool,
-    pub opted_out: bool,
-    pub breaker: Option<BreakerView>,
-    pub actions: BTreeMap<&'static str, u64>,
-    pub api_errors: BTreeMap<(&'static str, String), u64>,
-    pub checks: BTreeMap<&'static str, u64>,
-}
-
-impl Default for HealthView {
-    fn default() -> Self {
-        HealthView {
-            mode: "enforce",
-            api: "report_only",
-            health: Health::Unknown,
-            since: None,
-            reasons: Vec::new(),
-            gpus: Vec::new(),
-            quarantined: false,
-            opted_out: false,
-            breaker: None,
-            actions: BTreeMap::new(),
-            api_errors: BTreeMap::new(),
-            checks: BTreeMap::new(),
-        }
-    }
-}
-
-/// Shared between the loop (writer) and scrapes (readers).
-#[derive(Debug, Default)]
-pub struct HealthMetrics {
-    view: Mutex<HealthView>,
-    generation: AtomicU64,
-}
-
-impl HealthMetrics {
-    /// Changes the view.
-    pub fn update(&self, f: impl FnOnce(&mut HealthView)) {
-        let mut view = self.view.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut view);
-        self.generation.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A copy of the view.
-    pub fn view(&self) -> HealthView {
-        self.view.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
-    }
-}
-
 fn flag(b: bool) -> f64 {
     if b { 1.0 } else { 0.0 }
 }
@@ -188,7 +110,7 @@ fn with_constant_labels(mut labels: String, ctx: &RenderContext) -> String {
 
 impl Section for HealthMetrics {
     fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Relaxed)
+        HealthMetrics::generation(self)
     }
 
     fn render(&self, enc: &mut Encoder<'_>, ctx: &RenderContext) {
@@ -274,7 +196,7 @@ pub fn render_view(view: &HealthView, enc: &mut Encoder<'_>, ctx: &RenderContext
 mod tests {
     use super::*;
     use crate::exposition::Format;
-    use crate::health::policy::Needs;
+    use gpu_health::policy::{Needs, Reason};
 
     fn render(view: &HealthView) -> String {
         let mut out = String::new();

@@ -1,16 +1,16 @@
-//! Snapshot to health signals: what is wrong with each GPU right now, as plain data.
+//! Readings to health signals: what is wrong with each GPU right now, as plain data.
 //!
 //! A signal is a condition seen in one snapshot: a level (an ECC counter, a flag, a
-//! temperature) or a state (lost, hung). XIDs are events, not levels: the snapshot
-//! carries their counts and the policy ([`super::policy`]) turns new occurrences into
-//! signals through the classification table ([`super::xid`]). Nothing here keeps
+//! temperature) or a state (lost, hung). XIDs are events, not levels: the observation
+//! carries their counts and the policy ([`crate::policy`]) turns new occurrences into
+//! signals through the classification table ([`crate::xid`]). Nothing here keeps
 //! state or does I/O.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::{GpuSnapshot, GpuState, NvmlDownReason, NvmlStatus, RecoveryAction, Snapshot};
+use crate::observation::{GpuReadings, GpuState, Nvml, Observation, Recovery};
 
 /// NVML clock-event bit: hardware thermal slowdown.
 pub const HW_THERMAL_SLOWDOWN: u64 = 0x40;
@@ -179,7 +179,7 @@ pub enum Availability {
 
 /// One GPU as the policy sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuObservation {
+pub struct GpuAssessment {
     pub index: u32,
     pub uuid: String,
     pub availability: Availability,
@@ -192,9 +192,9 @@ pub struct GpuObservation {
     pub ecc_volatile: Option<u64>,
 }
 
-/// One snapshot as the policy sees it.
+/// One observation as the policy sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observation {
+pub struct Assessment {
     pub generation: u64,
     /// False while nothing can be said about the GPUs (NVML starting, or unusable for
     /// a reason that is not the GPUs' fault, such as a missing library).
@@ -202,14 +202,14 @@ pub struct Observation {
     /// NVML is down in a way that says the GPUs or the driver are broken.
     pub nvml_failed: Option<String>,
     pub driver_version: Option<String>,
-    pub gpus: Vec<GpuObservation>,
+    pub gpus: Vec<GpuAssessment>,
 }
 
-impl Observation {
+impl Assessment {
     /// Whether a GPU reported an XID that `acts` says is acted on more often than in
     /// `earlier`, or was lost since `earlier`: such a snapshot is checked at once, not
     /// at the interval. (A flood of application XIDs does not turn into a flood of checks.)
-    pub fn has_news_since(&self, earlier: &Observation, acts: impl Fn(u64) -> bool) -> bool {
+    pub fn has_news_since(&self, earlier: &Assessment, acts: impl Fn(u64) -> bool) -> bool {
         self.gpus.iter().any(|gpu| {
             let before = earlier.gpus.iter().find(|g| g.index == gpu.index);
             let new_xid = gpu.xid_counts.iter().any(|(code, count)| {
@@ -223,32 +223,49 @@ impl Observation {
     }
 }
 
-/// Reads the signals out of a snapshot.
-pub fn observe(snapshot: &Snapshot, limits: &Thresholds) -> Observation {
-    let (observable, nvml_failed, driver_version) = match &snapshot.nvml {
-        NvmlStatus::Up(info) => (snapshot.stats.cycles_total > 0, None, Some(info.driver_version.clone())),
-        NvmlStatus::Starting => (false, None, None),
-        NvmlStatus::Down { error: error @ (NvmlDownReason::InitHung | NvmlDownReason::DriverNotLoaded), message } => {
-            (true, Some(format!("NVML is down ({}): {message}", error.as_str())), None)
-        }
-        NvmlStatus::Down { .. } => (false, None, None),
+/// Reads the signals out of an observation.
+pub fn assess(observation: &Observation, limits: &Thresholds) -> Assessment {
+    let (observable, nvml_failed, driver_version) = match &observation.nvml {
+        Nvml::Up { driver_version, read } => (*read, None, Some(driver_version.clone())),
+        Nvml::Starting | Nvml::Unusable => (false, None, None),
+        Nvml::Failed(why) => (true, Some(why.clone()), None),
     };
-    Observation {
-        generation: snapshot.generation,
+    Assessment {
+        generation: observation.generation,
         observable,
         nvml_failed,
         driver_version,
-        gpus: snapshot.gpus.iter().map(|g| observe_gpu(g, limits)).collect(),
+        gpus: observation.gpus.iter().map(|g| assess_gpu(g, limits)).collect(),
     }
 }
 
-fn observe_gpu(gpu: &GpuSnapshot, limits: &Thresholds) -> GpuObservation {
+fn assess_gpu(gpu: &GpuReadings, limits: &Thresholds) -> GpuAssessment {
     let mut signals = Vec::new();
     let mut push = |kind, detail: String| signals.push(Signal { kind, detail });
-    let availability = match &gpu.state {
+    let availability = availability(gpu, &mut push);
+    memory_signals(gpu, limits, &mut push);
+    match gpu.recovery {
+        Some(Recovery::Reset) => push(SignalKind::RecoveryReset, "the driver asks for a GPU reset".into()),
+        Some(Recovery::Reboot) => push(SignalKind::RecoveryReboot, "the driver asks for a node reboot".into()),
+        None => {}
+    }
+    thermal_signals(gpu, limits, &mut push);
+    GpuAssessment {
+        index: gpu.index,
+        uuid: gpu.uuid.clone(),
+        availability,
+        signals,
+        xid_counts: gpu.xid_counts.clone(),
+        ecc_volatile: gpu.ecc.map(|ecc| ecc.corrected.saturating_add(ecc.uncorrected)),
+    }
+}
+
+/// Whether the GPU answered, and the signal when it did not.
+fn availability(gpu: &GpuReadings, push: &mut impl FnMut(SignalKind, String)) -> Availability {
+    match &gpu.state {
         GpuState::Ok => Availability::Ok,
         GpuState::Unknown => Availability::Unknown,
-        GpuState::Lost { .. } => {
+        GpuState::Lost => {
             push(SignalKind::GpuLost, "NVML reports the GPU lost (fallen off the bus)".into());
             Availability::Gone
         }
@@ -256,119 +273,97 @@ fn observe_gpu(gpu: &GpuSnapshot, limits: &Thresholds) -> GpuObservation {
             push(SignalKind::GpuUnreadable, format!("the GPU cannot be read: {error}"));
             Availability::Gone
         }
-        GpuState::Stale { call, .. } => {
+        GpuState::Stale { call } => {
             push(SignalKind::NvmlHung, format!("{call} is past its deadline"));
             Availability::Hung
         }
-    };
-    let mut ecc_volatile = None;
-    if let Some(r) = &gpu.readings {
-        if let Some(ecc) = r.ecc {
-            ecc_volatile = Some(ecc.corrected_volatile.saturating_add(ecc.uncorrected_volatile));
-            if ecc.uncorrected_volatile > 0 {
-                push(
-                    SignalKind::EccUncorrected,
-                    format!("{} uncorrectable ECC errors since the last reset", ecc.uncorrected_volatile),
-                );
-            }
-            if limits.corrected_ecc > 0 && ecc.corrected_volatile >= limits.corrected_ecc {
-                push(
-                    SignalKind::EccCorrected,
-                    format!(
-                        "{} corrected ECC errors since the last reset (threshold {})",
-                        ecc.corrected_volatile, limits.corrected_ecc
-                    ),
-                );
-            }
+    }
+}
+
+/// ECC errors, row remapping and page retirement.
+fn memory_signals(gpu: &GpuReadings, limits: &Thresholds, push: &mut impl FnMut(SignalKind, String)) {
+    if let Some(ecc) = gpu.ecc {
+        if ecc.uncorrected > 0 {
+            push(
+                SignalKind::EccUncorrected,
+                format!("{} uncorrectable ECC errors since the last reset", ecc.uncorrected),
+            );
         }
-        if let Some(rows) = r.remapped_rows {
-            if rows.failed {
-                push(SignalKind::RowRemapFailed, "a row remapping failed: no spare rows left".into());
-            }
-            if rows.pending {
-                push(SignalKind::RowRemapPending, "a row remapping waits for a GPU reset".into());
-            }
-        }
-        if let Some(pages) = r.retired_pages {
-            let retired = pages.single_bit_ecc.saturating_add(pages.double_bit_ecc);
-            if limits.retired_pages > 0 && retired >= limits.retired_pages {
-                push(
-                    SignalKind::RetiredPagesLimit,
-                    format!("{retired} pages retired (limit {})", limits.retired_pages),
-                );
-            }
-            if pages.pending {
-                push(SignalKind::RetiredPagesPending, "a page retirement waits for a driver reload".into());
-            }
-        }
-        match r.recovery_action {
-            Some(RecoveryAction::GpuReset | RecoveryAction::DrainAndReset) => {
-                push(SignalKind::RecoveryReset, "the driver asks for a GPU reset".into())
-            }
-            Some(RecoveryAction::NodeReboot) => {
-                push(SignalKind::RecoveryReboot, "the driver asks for a node reboot".into())
-            }
-            _ => {}
-        }
-        if let Some(t) = r.temperature_celsius {
-            let slowdown_near =
-                r.temperature_slowdown_celsius.filter(|s| t.saturating_add(limits.slowdown_margin_c) >= *s && *s > 0);
-            if t >= limits.temperature_c {
-                push(
-                    SignalKind::Temperature,
-                    format!("{t} °C, at or over the threshold of {} °C", limits.temperature_c),
-                );
-            } else if let Some(slowdown) = slowdown_near {
-                push(
-                    SignalKind::Temperature,
-                    format!("{t} °C, within {} °C of the slowdown threshold {slowdown} °C", limits.slowdown_margin_c),
-                );
-            }
-        }
-        if let Some(events) = r.clock_events {
-            if events.active & HW_THERMAL_SLOWDOWN != 0 {
-                push(SignalKind::ThermalSlowdown, "hardware thermal slowdown is lowering the clocks".into());
-            }
-            if events.active & HW_POWER_BRAKE_SLOWDOWN != 0 {
-                push(SignalKind::PowerBrakeSlowdown, "the power brake is lowering the clocks".into());
-            }
+        if limits.corrected_ecc > 0 && ecc.corrected >= limits.corrected_ecc {
+            push(
+                SignalKind::EccCorrected,
+                format!(
+                    "{} corrected ECC errors since the last reset (threshold {})",
+                    ecc.corrected, limits.corrected_ecc
+                ),
+            );
         }
     }
-    GpuObservation {
-        index: gpu.index,
-        uuid: gpu.identity.uuid.clone(),
-        availability,
-        signals,
-        xid_counts: gpu.xids.iter().map(|(code, r)| (*code, r.count)).collect(),
-        ecc_volatile,
+    if let Some(rows) = gpu.remapped_rows {
+        if rows.failed {
+            push(SignalKind::RowRemapFailed, "a row remapping failed: no spare rows left".into());
+        }
+        if rows.pending {
+            push(SignalKind::RowRemapPending, "a row remapping waits for a GPU reset".into());
+        }
+    }
+    if let Some(pages) = gpu.retired_pages {
+        if limits.retired_pages > 0 && pages.retired >= limits.retired_pages {
+            push(
+                SignalKind::RetiredPagesLimit,
+                format!("{} pages retired (limit {})", pages.retired, limits.retired_pages),
+            );
+        }
+        if pages.pending {
+            push(SignalKind::RetiredPagesPending, "a page retirement waits for a driver reload".into());
+        }
+    }
+}
+
+/// Temperature against the threshold and the GPU's own slowdown point, and the
+/// hardware slowdowns the clocks report.
+fn thermal_signals(gpu: &GpuReadings, limits: &Thresholds, push: &mut impl FnMut(SignalKind, String)) {
+    if let Some(t) = gpu.temperature_celsius {
+        let slowdown_near =
+            gpu.temperature_slowdown_celsius.filter(|s| t.saturating_add(limits.slowdown_margin_c) >= *s && *s > 0);
+        if t >= limits.temperature_c {
+            push(SignalKind::Temperature, format!("{t} °C, at or over the threshold of {} °C", limits.temperature_c));
+        } else if let Some(slowdown) = slowdown_near {
+            push(
+                SignalKind::Temperature,
+                format!("{t} °C, within {} °C of the slowdown threshold {slowdown} °C", limits.slowdown_margin_c),
+            );
+        }
+    }
+    if let Some(active) = gpu.clock_events_active {
+        if active & HW_THERMAL_SLOWDOWN != 0 {
+            push(SignalKind::ThermalSlowdown, "hardware thermal slowdown is lowering the clocks".into());
+        }
+        if active & HW_POWER_BRAKE_SLOWDOWN != 0 {
+            push(SignalKind::PowerBrakeSlowdown, "the power brake is lowering the clocks".into());
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{
-        ClockEvents, DriverInfo, EccCounts, GpuIdentity, GpuReadings, RemappedRows, RetiredPages, XidRecord,
-    };
-    use std::time::SystemTime;
+    use crate::observation::{Ecc, RemappedRows, RetiredPages};
 
-    fn snapshot(gpu: GpuSnapshot) -> Snapshot {
-        let mut s = Snapshot { nvml: NvmlStatus::Up(DriverInfo::default()), gpus: vec![gpu], ..Snapshot::default() };
-        s.stats.cycles_total = 1;
-        s
-    }
-
-    fn ok_gpu(readings: GpuReadings) -> GpuSnapshot {
-        GpuSnapshot {
-            identity: GpuIdentity { uuid: "GPU-a".into(), ..GpuIdentity::default() },
-            state: GpuState::Ok,
-            readings: Some(readings),
-            ..GpuSnapshot::default()
+    fn observation(gpu: GpuReadings) -> Observation {
+        Observation {
+            nvml: Nvml::Up { driver_version: String::new(), read: true },
+            gpus: vec![gpu],
+            ..Observation::default()
         }
     }
 
+    fn ok_gpu(readings: GpuReadings) -> GpuReadings {
+        GpuReadings { uuid: "GPU-a".into(), state: GpuState::Ok, ..readings }
+    }
+
     fn kinds(readings: GpuReadings, limits: &Thresholds) -> Vec<SignalKind> {
-        observe(&snapshot(ok_gpu(readings)), limits).gpus[0].signals.iter().map(|s| s.kind).collect()
+        assess(&observation(ok_gpu(readings)), limits).gpus[0].signals.iter().map(|s| s.kind).collect()
     }
 
     #[test]
@@ -385,10 +380,9 @@ mod tests {
         let r = GpuReadings {
             temperature_celsius: Some(60),
             temperature_slowdown_celsius: Some(87),
-            ecc: Some(EccCounts { corrected_volatile: 9, ..EccCounts::default() }),
-            remapped_rows: Some(RemappedRows { correctable: 2, ..RemappedRows::default() }),
-            clock_events: Some(ClockEvents { supported: 0x1ff, active: 0x1 | 0x4 }),
-            recovery_action: Some(RecoveryAction::None),
+            ecc: Some(Ecc { corrected: 9, uncorrected: 0 }),
+            remapped_rows: Some(RemappedRows::default()),
+            clock_events_active: Some(0x1 | 0x4),
             ..GpuReadings::default()
         };
         assert!(kinds(r, &Thresholds::default()).is_empty());
@@ -406,7 +400,7 @@ mod tests {
             temperature_slowdown_celsius: Some(87),
             ..GpuReadings::default()
         };
-        let o = observe(&snapshot(ok_gpu(near)), &limits);
+        let o = assess(&observation(ok_gpu(near)), &limits);
         assert_eq!(o.gpus[0].signals[0].kind, SignalKind::Temperature);
         assert!(o.gpus[0].signals[0].detail.contains("slowdown threshold 87"), "{:?}", o.gpus[0].signals);
     }
@@ -415,9 +409,9 @@ mod tests {
     fn memory_signals() {
         let limits = Thresholds::default();
         let r = GpuReadings {
-            ecc: Some(EccCounts { corrected_volatile: 10, uncorrected_volatile: 1, ..EccCounts::default() }),
-            remapped_rows: Some(RemappedRows { pending: true, failed: true, ..RemappedRows::default() }),
-            retired_pages: Some(RetiredPages { single_bit_ecc: 50, double_bit_ecc: 10, pending: true }),
+            ecc: Some(Ecc { corrected: 10, uncorrected: 1 }),
+            remapped_rows: Some(RemappedRows { pending: true, failed: true }),
+            retired_pages: Some(RetiredPages { retired: 60, pending: true }),
             ..GpuReadings::default()
         };
         assert_eq!(
@@ -432,62 +426,49 @@ mod tests {
             ]
         );
         let off = Thresholds { corrected_ecc: 0, ..limits };
-        let r = GpuReadings {
-            ecc: Some(EccCounts { corrected_volatile: 1000, ..EccCounts::default() }),
-            ..GpuReadings::default()
-        };
+        let r = GpuReadings { ecc: Some(Ecc { corrected: 1000, uncorrected: 0 }), ..GpuReadings::default() };
         assert!(kinds(r, &off).is_empty(), "threshold 0 turns the corrected-ECC signal off");
     }
 
     #[test]
     fn clocks_and_recovery_action() {
         let r = GpuReadings {
-            clock_events: Some(ClockEvents {
-                supported: 0x1ff,
-                active: HW_THERMAL_SLOWDOWN | HW_POWER_BRAKE_SLOWDOWN | 0x8,
-            }),
-            recovery_action: Some(RecoveryAction::NodeReboot),
+            clock_events_active: Some(HW_THERMAL_SLOWDOWN | HW_POWER_BRAKE_SLOWDOWN | 0x8),
+            recovery: Some(Recovery::Reboot),
             ..GpuReadings::default()
         };
         assert_eq!(
             kinds(r, &Thresholds::default()),
             vec![SignalKind::RecoveryReboot, SignalKind::ThermalSlowdown, SignalKind::PowerBrakeSlowdown]
         );
-        let drain = GpuReadings { recovery_action: Some(RecoveryAction::DrainP2p), ..GpuReadings::default() };
-        assert!(kinds(drain, &Thresholds::default()).is_empty(), "drain P2P asks for neither reset nor reboot");
     }
 
     #[test]
     fn states_become_signals_and_xids_are_counted() {
-        let now = SystemTime::now();
-        let mut lost = GpuSnapshot { state: GpuState::Lost { since: now }, ..GpuSnapshot::default() };
-        lost.xids.insert(79, XidRecord { count: 2, last_seen: now });
-        let o = observe(&snapshot(lost), &Thresholds::default());
+        let mut lost = GpuReadings { state: GpuState::Lost, ..GpuReadings::default() };
+        lost.xid_counts.insert(79, 2);
+        let o = assess(&observation(lost), &Thresholds::default());
         assert_eq!(o.gpus[0].availability, Availability::Gone);
         assert_eq!(o.gpus[0].signals[0].kind, SignalKind::GpuLost);
         assert_eq!(o.gpus[0].xid_counts[&79], 2);
-        let hung = GpuSnapshot {
-            state: GpuState::Stale { call: "nvmlDeviceGetPowerUsage", since: now },
-            ..GpuSnapshot::default()
-        };
-        let o = observe(&snapshot(hung), &Thresholds::default());
+        let hung =
+            GpuReadings { state: GpuState::Stale { call: "nvmlDeviceGetPowerUsage".into() }, ..GpuReadings::default() };
+        let o = assess(&observation(hung), &Thresholds::default());
         assert_eq!(o.gpus[0].signals[0].kind, SignalKind::NvmlHung);
         assert_eq!(o.gpus[0].availability, Availability::Hung);
     }
 
     #[test]
     fn news_is_a_new_xid_or_a_newly_lost_gpu() {
-        let now = SystemTime::now();
         let limits = Thresholds::default();
-        let base = observe(&snapshot(ok_gpu(GpuReadings::default())), &limits);
+        let base = assess(&observation(ok_gpu(GpuReadings::default())), &limits);
         let mut with_xid = ok_gpu(GpuReadings::default());
-        with_xid.xids.insert(13, XidRecord { count: 1, last_seen: now });
-        let xid = observe(&snapshot(with_xid), &limits);
+        with_xid.xid_counts.insert(13, 1);
+        let xid = assess(&observation(with_xid), &limits);
         assert!(xid.has_news_since(&base, |_| true));
         assert!(!xid.has_news_since(&base, |code| code != 13), "an XID that is only recorded is no news");
         assert!(!xid.has_news_since(&xid, |_| true));
-        let lost =
-            observe(&snapshot(GpuSnapshot { state: GpuState::Lost { since: now }, ..GpuSnapshot::default() }), &limits);
+        let lost = assess(&observation(GpuReadings { state: GpuState::Lost, ..GpuReadings::default() }), &limits);
         assert!(lost.has_news_since(&base, |_| true));
         assert!(!lost.has_news_since(&lost, |_| true));
     }
@@ -495,18 +476,15 @@ mod tests {
     #[test]
     fn nvml_down_is_unobservable_unless_the_driver_is_at_fault() {
         let limits = Thresholds::default();
-        let missing = Snapshot {
-            nvml: NvmlStatus::Down { error: NvmlDownReason::LibraryNotLoaded, message: "no file".into() },
-            ..Snapshot::default()
+        let missing = Observation { nvml: Nvml::Unusable, ..Observation::default() };
+        assert!(!assess(&missing, &limits).observable);
+        let hung = Observation {
+            nvml: Nvml::Failed("NVML is down (init_hung): nvmlInit hung".into()),
+            ..Observation::default()
         };
-        assert!(!observe(&missing, &limits).observable);
-        let hung = Snapshot {
-            nvml: NvmlStatus::Down { error: NvmlDownReason::InitHung, message: "nvmlInit hung".into() },
-            ..Snapshot::default()
-        };
-        let o = observe(&hung, &limits);
+        let o = assess(&hung, &limits);
         assert!(o.observable);
         assert!(o.nvml_failed.unwrap().contains("init_hung"));
-        assert!(!observe(&Snapshot::default(), &limits).observable, "starting");
+        assert!(!assess(&Observation::default(), &limits).observable, "starting");
     }
 }

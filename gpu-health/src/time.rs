@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 
 /// `2024-05-01T12:00:00Z`.
 pub fn format(t: SystemTime) -> String {

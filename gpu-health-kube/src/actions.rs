@@ -1,6 +1,6 @@
 //! The Kubernetes API edge of the health loop: read the Node, patch it and its
 //! status, write Events. Every request is retried on 429, 5xx and no answer with
-//! backoff and jitter ([`super::retry`]); a 409 goes back to the caller, which reads
+//! backoff and jitter ([`crate::retry`]); a 409 goes back to the caller, which reads
 //! the Node again and plans anew.
 //!
 //! Patches are strategic-merge patches (`application/strategic-merge-patch+json`):
@@ -12,13 +12,15 @@
 
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{Event, Node};
-use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, GetParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::Value;
 
-use super::node_state::NodeView;
-use super::plan::EventSpec;
-use super::retry::{Backoff, Failure, classify, retry};
+use crate::retry::{Backoff, Failure, classify, retry};
+use gpu_health::node_state::NodeView;
+use gpu_health::plan::EventSpec;
 
 /// A request that did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -153,13 +155,13 @@ impl NodeApi {
     }
 
     /// `POST /api/v1/namespaces/{ns}/events` about the Node. Already there is fine.
-    pub async fn event(&self, node: &NodeView, spec: &EventSpec, now: SystemTime) -> Result<()> {
-        let event = event_object(&self.node, &node.uid, self.events_namespace(), spec, now);
+    pub async fn event(&self, node: &NodeView, spec: &EventSpec, now: SystemTime) -> Result<(), EventError> {
+        let event = event_object(&self.node, &node.uid, self.events_namespace(), spec, now)?;
         let params = PostParams::default();
         match self.run("create_event", || self.events.create(&params, &event)).await {
             Ok(_) => Ok(()),
             Err(ActionError::Conflict { .. }) => Ok(()),
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -169,26 +171,60 @@ impl NodeApi {
 }
 
 /// The Event object: a core/v1 Event naming the Node, as the kubelet writes them.
-pub fn event_object(node: &str, uid: &str, namespace: &str, spec: &EventSpec, now: SystemTime) -> Event {
-    let nanos = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let stamp = super::time::format(now);
-    let value = json!({
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": format!("{node}.gpu-health.{nanos:x}"), "namespace": namespace},
-        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid},
-        "reason": spec.reason,
-        "message": truncate(&spec.message, 1024),
-        "type": spec.kind.as_str(),
-        "source": {"component": "gpu-exporter-health", "host": node},
-        "reportingComponent": "gpu-exporter-health",
-        "reportingInstance": node,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    });
-    // A fixed shape of strings and numbers always fits `Event`.
-    serde_json::from_value(value).unwrap_or_default()
+/// Fails only for a clock outside what a Kubernetes timestamp can hold.
+pub fn event_object(
+    node: &str,
+    uid: &str,
+    namespace: &str,
+    spec: &EventSpec,
+    now: SystemTime,
+) -> std::result::Result<Event, EventTimeError> {
+    let since_epoch = now.duration_since(SystemTime::UNIX_EPOCH).map_err(|_| EventTimeError(now))?;
+    let nanos = since_epoch.as_nanos();
+    // Whole seconds, as the API server keeps `firstTimestamp`/`lastTimestamp`.
+    let seconds = i64::try_from(since_epoch.as_secs()).map_err(|_| EventTimeError(now))?;
+    let stamp = Time(Timestamp::from_second(seconds).map_err(|_| EventTimeError(now))?);
+    Ok(Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{node}.gpu-health.{nanos:x}")),
+            namespace: Some(namespace.to_string()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.to_string()),
+            uid: Some(uid.to_string()),
+            ..ObjectReference::default()
+        },
+        reason: Some(spec.reason.to_string()),
+        message: Some(truncate(&spec.message, 1024)),
+        type_: Some(spec.kind.as_str().to_string()),
+        source: Some(EventSource { component: Some(COMPONENT.into()), host: Some(node.to_string()) }),
+        reporting_component: Some(COMPONENT.into()),
+        reporting_instance: Some(node.to_string()),
+        first_timestamp: Some(stamp.clone()),
+        last_timestamp: Some(stamp),
+        count: Some(1),
+        ..Event::default()
+    })
+}
+
+/// The component every Event of the loop names.
+const COMPONENT: &str = "gpu-exporter-health";
+
+/// The clock reads a time no Event can carry (before 1970, or past year 9999).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write an Event: the clock reads {0:?}, outside what a Kubernetes timestamp holds")]
+pub struct EventTimeError(SystemTime);
+
+/// Why an Event was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    #[error(transparent)]
+    Time(#[from] EventTimeError),
+    #[error(transparent)]
+    Api(#[from] ActionError),
 }
 
 fn truncate(text: &str, max: usize) -> String {
@@ -205,13 +241,14 @@ fn truncate(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::plan::EventType;
+    use gpu_health::plan::EventType;
     use std::time::{Duration, UNIX_EPOCH};
 
     #[test]
     fn events_name_the_node_and_carry_the_reason() {
         let spec = EventSpec { kind: EventType::Warning, reason: "GPUQuarantined", message: "é".repeat(600) };
-        let e = event_object("gpu-1", "u-1", "default", &spec, UNIX_EPOCH + Duration::from_secs(1_714_564_800));
+        let e =
+            event_object("gpu-1", "u-1", "default", &spec, UNIX_EPOCH + Duration::from_secs(1_714_564_800)).unwrap();
         assert_eq!(e.metadata.namespace.as_deref(), Some("default"));
         assert!(e.metadata.name.as_deref().unwrap().starts_with("gpu-1.gpu-health."));
         assert_eq!(e.involved_object.kind.as_deref(), Some("Node"));
@@ -219,6 +256,19 @@ mod tests {
         assert_eq!(e.involved_object.uid.as_deref(), Some("u-1"));
         assert_eq!(e.type_.as_deref(), Some("Warning"));
         assert_eq!(e.reason.as_deref(), Some("GPUQuarantined"));
-        assert!(e.message.unwrap().len() <= 1024 + "…".len());
+        assert!(e.message.as_ref().unwrap().len() <= 1024 + "…".len());
+        let json = serde_json::to_value(&e).unwrap();
+        assert_eq!(json["firstTimestamp"], "2024-05-01T12:00:00Z");
+        assert_eq!(json["lastTimestamp"], "2024-05-01T12:00:00Z");
+        assert_eq!(json["count"], 1);
+        assert_eq!(json["source"]["component"], "gpu-exporter-health");
+        assert_eq!(json["reportingInstance"], "gpu-1");
+    }
+
+    #[test]
+    fn an_event_before_1970_is_refused_not_defaulted() {
+        let spec = EventSpec { kind: EventType::Normal, reason: "GPUHealthy", message: String::new() };
+        let before = UNIX_EPOCH - Duration::from_secs(1);
+        assert!(event_object("gpu-1", "u-1", "default", &spec, before).is_err());
     }
 }

@@ -24,11 +24,12 @@
 
 use std::time::SystemTime;
 
+use k8s_openapi::api::core::v1::Taint;
 use serde_json::{Map, Value, json};
 
-use super::config::Names;
-use super::node_state::{Applied, Claim, Found, NodeView, Overridden};
-use super::policy::{self, Health, Verdict};
+use crate::names::Names;
+use crate::node_state::{Applied, Claim, Found, NodeView, Overridden, QuarantineState};
+use crate::policy::{self, Health, Verdict};
 
 /// How far the loop may go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,12 +127,12 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
     if verdict.health == Health::Unknown {
         return out;
     }
+    let scene = Scene { node, verdict, mode, permit, names, now };
     let key = if mode == Mode::DryRun { &names.dry_run_annotation } else { &names.state_annotation };
     let old_text = node.annotations.get(key);
     let old = old_text.and_then(|t| Claim::parse(key, t).ok());
     let mut claim = old.clone();
-    let mut unschedulable: Option<bool> = None;
-    let mut taints: Option<Vec<Value>> = None;
+    let mut writes = SpecWrites::default();
 
     if mode != Mode::DryRun
         && let Some(c) = claim.as_mut()
@@ -140,216 +141,13 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
     }
 
     match verdict.health {
-        Health::Unhealthy => {
-            let primary = verdict.primary_code().to_string();
-            let previous = old.as_ref().and_then(|o| policy::primary(&o.reasons)).map(|r| r.code.clone());
-            let since = verdict.since.unwrap_or(now);
-            let reasons_text = describe(verdict);
-            let named = format!("primary reason {primary}");
-            // Whether an Event of this plan already names the primary reason.
-            let mut told = false;
-            let mut moved_taint = None;
-            let mut c = claim.take().unwrap_or_else(|| Claim {
-                state: String::new(),
-                since,
-                reasons: Vec::new(),
-                latches: Vec::new(),
-                applied: Applied::default(),
-                found: Found { unschedulable: node.unschedulable },
-                overridden: Overridden::default(),
-                blocked: false,
-                intended: Vec::new(),
-                boot_id: node.boot_id.clone(),
-            });
-            c.since = since;
-            c.reasons = verdict.reasons.clone();
-            c.latches = verdict.latches.clone();
-            let has_taint = node.taint(&names.taint_key).is_some();
-            match mode {
-                Mode::DryRun => {
-                    let mut intended = Vec::new();
-                    if !node.unschedulable {
-                        intended.push("cordon".to_string());
-                    }
-                    if !has_taint {
-                        intended.push(format!("taint {}={primary}:NoSchedule", names.taint_key));
-                    }
-                    intended.push(format!("condition {}=False reason {primary}", names.condition_type));
-                    let first = old.as_ref().is_none_or(|o| o.intended != intended);
-                    c.state = "dry-run".into();
-                    c.intended = intended;
-                    if first || old.as_ref().is_some_and(|o| o.reasons != c.reasons) {
-                        out.actions.push("dry_run");
-                        out.events.push(EventSpec {
-                            kind: EventType::Normal,
-                            reason: "GPUQuarantineDryRun",
-                            message: format!(
-                                "dry run, nothing changed: would {}; {named}; {reasons_text}",
-                                c.intended.join(", ")
-                            ),
-                        });
-                    }
-                    told = true;
-                }
-                Mode::ConditionOnly => {
-                    c.state = "unhealthy".into();
-                    if old.is_none() {
-                        out.events.push(EventSpec {
-                            kind: EventType::Warning,
-                            reason: "GPUUnhealthy",
-                            message: format!("auto-cordon is off, scheduling left alone; {named}; {reasons_text}"),
-                        });
-                        told = true;
-                    }
-                }
-                Mode::Enforce => {
-                    let want_cordon = !c.applied.cordon && !c.overridden.cordon && !node.unschedulable;
-                    let want_taint = c.applied.taint.is_none() && !c.overridden.taint && !has_taint;
-                    let (mut cordon, mut taint) = (want_cordon, want_taint);
-                    if (cordon || taint) && !c.applied.anything() {
-                        match permit {
-                            Permit::NotAsked => {
-                                return Plan { needs_permit: true, ..Plan::default() };
-                            }
-                            Permit::Denied { quarantined, limit, fleet } => {
-                                cordon = false;
-                                taint = false;
-                                if !c.blocked {
-                                    out.actions.push("blocked");
-                                    out.events.push(EventSpec {
-                                        kind: EventType::Warning,
-                                        reason: "GPUQuarantineBlocked",
-                                        message: format!(
-                                            "circuit breaker open: {quarantined} of {fleet} GPU nodes are quarantined \
-                                             (limit {limit}); not cordoning; {named}; {reasons_text}"
-                                        ),
-                                    });
-                                    told = true;
-                                }
-                                c.blocked = true;
-                            }
-                            Permit::Unavailable => {
-                                cordon = false;
-                                taint = false;
-                            }
-                            Permit::Granted => c.blocked = false,
-                        }
-                    }
-                    let mut done = Vec::new();
-                    if cordon {
-                        unschedulable = Some(true);
-                        c.applied.cordon = true;
-                        out.actions.push("cordon");
-                        done.push("cordoned".to_string());
-                    }
-                    if taint {
-                        let mut list = node.taints.clone();
-                        list.push(json!({"key": names.taint_key, "value": primary, "effect": "NoSchedule"}));
-                        taints = Some(list);
-                        c.applied.taint = Some(primary.clone());
-                        out.actions.push("taint");
-                        done.push(format!("tainted {}={primary}:NoSchedule", names.taint_key));
-                    } else if let Some(value) = c.applied.taint.clone().filter(|v| *v != primary)
-                        && has_taint
-                    {
-                        // The loop's own taint follows the primary reason.
-                        let list = node
-                            .taints
-                            .iter()
-                            .map(|t| {
-                                let mut t = t.clone();
-                                if t.get("key").and_then(Value::as_str) == Some(names.taint_key.as_str()) {
-                                    t["value"] = Value::String(primary.clone());
-                                }
-                                t
-                            })
-                            .collect();
-                        taints = Some(list);
-                        c.applied.taint = Some(primary.clone());
-                        out.actions.push("taint");
-                        moved_taint = Some(value);
-                    }
-                    if c.found.unschedulable && cordon {
-                        c.found.unschedulable = false;
-                    }
-                    c.state = if c.applied.anything() { "quarantined" } else { "unhealthy" }.into();
-                    if !done.is_empty() {
-                        let already = if node.unschedulable && !c.applied.cordon {
-                            " (the node was already cordoned by someone else; that cordon stays theirs)"
-                        } else {
-                            ""
-                        };
-                        out.events.push(EventSpec {
-                            kind: EventType::Warning,
-                            reason: "GPUQuarantined",
-                            message: format!("{}{already}; {named}; {reasons_text}", done.join(" and ")),
-                        });
-                        told = true;
-                    }
-                }
-            }
-            let moved = previous.as_ref().is_some_and(|p| *p != primary) || moved_taint.is_some();
-            if mode != Mode::DryRun && moved && !told {
-                let was = previous.or(moved_taint.clone()).unwrap_or_default();
-                let taint = match &moved_taint {
-                    Some(_) => format!("; taint {}={primary}:NoSchedule", names.taint_key),
-                    None => String::new(),
-                };
-                out.events.push(EventSpec {
-                    kind: EventType::Warning,
-                    reason: "GPUReasonChanged",
-                    message: format!("{named} (was {was}){taint}; {reasons_text}"),
-                });
-            }
-            claim = Some(c);
-            if mode != Mode::DryRun {
-                let message = reasons_text;
-                plan_condition(&mut out, node, names, "False", &primary, &message, now);
-            }
-        }
+        Health::Unhealthy => match plan_unhealthy(&scene, old.as_ref(), claim.take(), &mut out, &mut writes) {
+            Some(c) => claim = Some(c),
+            None => return Plan { needs_permit: true, ..Plan::default() },
+        },
         Health::Healthy => {
             if let Some(c) = claim.take() {
-                let mut lifted = Vec::new();
-                if mode == Mode::DryRun {
-                    out.actions.push("dry_run");
-                    out.events.push(EventSpec {
-                        kind: EventType::Normal,
-                        reason: "GPUQuarantineDryRun",
-                        message: "dry run, nothing changed: GPUs healthy again, would lift the quarantine".into(),
-                    });
-                } else {
-                    if c.applied.cordon {
-                        unschedulable = Some(false);
-                        out.actions.push("uncordon");
-                        lifted.push("uncordoned".to_string());
-                    }
-                    if c.applied.taint.is_some() && node.taint(&names.taint_key).is_some() {
-                        let list: Vec<Value> = node
-                            .taints
-                            .iter()
-                            .filter(|t| t.get("key").and_then(Value::as_str) != Some(names.taint_key.as_str()))
-                            .cloned()
-                            .collect();
-                        taints = Some(list);
-                        out.actions.push("untaint");
-                        lifted.push(format!("removed taint {}", names.taint_key));
-                    }
-                    let kept = if node.unschedulable && !c.applied.cordon {
-                        "; the node stays cordoned: that cordon is not the health loop's"
-                    } else {
-                        ""
-                    };
-                    let what = if lifted.is_empty() {
-                        "nothing of the loop's left to lift".into()
-                    } else {
-                        lifted.join(" and ")
-                    };
-                    out.events.push(EventSpec {
-                        kind: EventType::Normal,
-                        reason: "GPURecovered",
-                        message: format!("GPUs pass the health checks again: {what}{kept}"),
-                    });
-                }
+                plan_lift(&scene, &c, &mut out, &mut writes);
             }
             out.owns_nothing = true;
             if mode != Mode::DryRun {
@@ -363,30 +161,320 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
         out.owns_nothing = claim.as_ref().is_none_or(|c| !c.applied.anything());
     }
     let new_text = claim.as_ref().map(Claim::to_json);
-    let annotation_changes = new_text.as_ref() != old_text;
-    if annotation_changes || unschedulable.is_some() || taints.is_some() {
-        let mut metadata = Map::new();
-        metadata.insert("resourceVersion".into(), Value::String(node.resource_version.clone()));
-        if annotation_changes {
-            let value = new_text.map_or(Value::Null, Value::String);
-            metadata.insert("annotations".into(), json!({ key.clone(): value }));
-        }
-        let mut patch = Map::new();
-        patch.insert("metadata".into(), Value::Object(metadata));
-        let mut spec = Map::new();
-        if let Some(u) = unschedulable {
-            // `null` removes the field, as `kubectl uncordon` leaves it.
-            spec.insert("unschedulable".into(), if u { Value::Bool(true) } else { Value::Null });
-        }
-        if let Some(t) = taints {
-            spec.insert("taints".into(), Value::Array(t));
-        }
-        if !spec.is_empty() {
-            patch.insert("spec".into(), Value::Object(spec));
-        }
-        out.node_patch = Some(Value::Object(patch));
-    }
+    out.node_patch = node_patch(node, key, new_text.as_ref(), old_text, writes);
     out
+}
+
+/// What a plan reads: the Node as found, the verdict, and how the loop may act.
+struct Scene<'a> {
+    node: &'a NodeView,
+    verdict: &'a Verdict,
+    mode: Mode,
+    permit: &'a Permit,
+    names: &'a Names,
+    now: SystemTime,
+}
+
+/// The spec writes a plan collects; `None` leaves a field alone.
+#[derive(Default)]
+struct SpecWrites {
+    unschedulable: Option<bool>,
+    taints: Option<Vec<Taint>>,
+}
+
+/// How the Events about an unhealthy node name it.
+struct Wording {
+    primary: String,
+    /// `primary reason <code>`.
+    named: String,
+    /// Every reason, described.
+    reasons: String,
+}
+
+/// The unhealthy node: the claim to record, the mode's writes and Events, a
+/// `GPUReasonChanged` Event when the primary reason moved and no other Event said
+/// so, and the condition. `None`: a new quarantine needs the breaker's permit first.
+fn plan_unhealthy(
+    s: &Scene,
+    old: Option<&Claim>,
+    claim: Option<Claim>,
+    out: &mut Plan,
+    writes: &mut SpecWrites,
+) -> Option<Claim> {
+    let (node, names, verdict) = (s.node, s.names, s.verdict);
+    let primary = verdict.primary_code().to_string();
+    let text = Wording { named: format!("primary reason {primary}"), reasons: describe(verdict), primary };
+    let previous = old.and_then(|o| policy::primary(&o.reasons)).map(|r| r.code.clone());
+    let since = verdict.since.unwrap_or(s.now);
+    let mut c = claim.unwrap_or_else(|| Claim {
+        // Set by every mode below.
+        state: QuarantineState::Unhealthy,
+        since,
+        reasons: Vec::new(),
+        latches: Vec::new(),
+        applied: Applied::default(),
+        found: Found { unschedulable: node.unschedulable },
+        overridden: Overridden::default(),
+        blocked: false,
+        intended: Vec::new(),
+        boot_id: node.boot_id.clone(),
+    });
+    c.since = since;
+    c.reasons = verdict.reasons.clone();
+    c.latches = verdict.latches.clone();
+    // Whether an Event of this plan already names the primary reason, and the taint
+    // value the loop's taint moved from.
+    let (told, moved_taint) = match s.mode {
+        Mode::DryRun => (plan_dry_run(s, old, &mut c, &text, out), None),
+        Mode::ConditionOnly => {
+            c.state = QuarantineState::Unhealthy;
+            if old.is_none() {
+                out.events.push(EventSpec {
+                    kind: EventType::Warning,
+                    reason: "GPUUnhealthy",
+                    message: format!("auto-cordon is off, scheduling left alone; {}; {}", text.named, text.reasons),
+                });
+            }
+            (old.is_none(), None)
+        }
+        Mode::Enforce => plan_enforce(s, &mut c, &text, out, writes)?,
+    };
+    let primary = &text.primary;
+    let moved = previous.as_ref().is_some_and(|p| p != primary) || moved_taint.is_some();
+    if s.mode != Mode::DryRun && moved && !told {
+        let was = previous.or(moved_taint.clone()).unwrap_or_default();
+        let taint = match &moved_taint {
+            Some(_) => format!("; taint {}={primary}:NoSchedule", names.taint_key),
+            None => String::new(),
+        };
+        out.events.push(EventSpec {
+            kind: EventType::Warning,
+            reason: "GPUReasonChanged",
+            message: format!("{} (was {was}){taint}; {}", text.named, text.reasons),
+        });
+    }
+    if s.mode != Mode::DryRun {
+        plan_condition(out, node, names, "False", primary, &text.reasons, s.now);
+    }
+    Some(c)
+}
+
+/// Dry-run: record what would be done, and tell when that or the reasons change.
+/// Always names the primary reason.
+fn plan_dry_run(s: &Scene, old: Option<&Claim>, c: &mut Claim, text: &Wording, out: &mut Plan) -> bool {
+    let (node, names, primary) = (s.node, s.names, &text.primary);
+    let mut intended = Vec::new();
+    if !node.unschedulable {
+        intended.push("cordon".to_string());
+    }
+    if node.taint(&names.taint_key).is_none() {
+        intended.push(format!("taint {}={primary}:NoSchedule", names.taint_key));
+    }
+    intended.push(format!("condition {}=False reason {primary}", names.condition_type));
+    let first = old.is_none_or(|o| o.intended != intended);
+    c.state = QuarantineState::DryRun;
+    c.intended = intended;
+    if first || old.is_some_and(|o| o.reasons != c.reasons) {
+        out.actions.push("dry_run");
+        out.events.push(EventSpec {
+            kind: EventType::Normal,
+            reason: "GPUQuarantineDryRun",
+            message: format!(
+                "dry run, nothing changed: would {}; {}; {}",
+                c.intended.join(", "),
+                text.named,
+                text.reasons
+            ),
+        });
+    }
+    true
+}
+
+/// Enforce: cordon and taint, unless the node already is or someone else undid the
+/// loop's, and for a new quarantine only with the breaker's permit. Returns whether
+/// an Event named the primary reason and the value the loop's taint moved from;
+/// `None` asks for the permit.
+fn plan_enforce(
+    s: &Scene,
+    c: &mut Claim,
+    text: &Wording,
+    out: &mut Plan,
+    writes: &mut SpecWrites,
+) -> Option<(bool, Option<String>)> {
+    let (node, names, primary) = (s.node, s.names, &text.primary);
+    let has_taint = node.taint(&names.taint_key).is_some();
+    let mut cordon = !c.applied.cordon && !c.overridden.cordon && !node.unschedulable;
+    let mut taint = c.applied.taint.is_none() && !c.overridden.taint && !has_taint;
+    let mut told = false;
+    if (cordon || taint) && !c.applied.anything() {
+        let (allowed, told_blocked) = admit(s.permit, c, text, out)?;
+        told = told_blocked;
+        cordon &= allowed;
+        taint &= allowed;
+    }
+    let mut done = Vec::new();
+    if cordon {
+        writes.unschedulable = Some(true);
+        c.applied.cordon = true;
+        out.actions.push("cordon");
+        done.push("cordoned".to_string());
+    }
+    let mut moved_taint = None;
+    if taint {
+        let mut list = node.taints.clone();
+        list.push(Taint {
+            key: names.taint_key.clone(),
+            value: Some(primary.clone()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+        writes.taints = Some(list);
+        c.applied.taint = Some(primary.clone());
+        out.actions.push("taint");
+        done.push(format!("tainted {}={primary}:NoSchedule", names.taint_key));
+    } else if let Some(value) = c.applied.taint.clone().filter(|v| v != primary)
+        && has_taint
+    {
+        // The loop's own taint follows the primary reason.
+        writes.taints = Some(retainted(node, names, primary));
+        c.applied.taint = Some(primary.clone());
+        out.actions.push("taint");
+        moved_taint = Some(value);
+    }
+    if c.found.unschedulable && cordon {
+        c.found.unschedulable = false;
+    }
+    c.state = if c.applied.anything() { QuarantineState::Quarantined } else { QuarantineState::Unhealthy };
+    if !done.is_empty() {
+        let already = if node.unschedulable && !c.applied.cordon {
+            " (the node was already cordoned by someone else; that cordon stays theirs)"
+        } else {
+            ""
+        };
+        out.events.push(EventSpec {
+            kind: EventType::Warning,
+            reason: "GPUQuarantined",
+            message: format!("{}{already}; {}; {}", done.join(" and "), text.named, text.reasons),
+        });
+        told = true;
+    }
+    Some((told, moved_taint))
+}
+
+/// The breaker's answer for a new quarantine: whether it may go ahead, and whether
+/// an Event (a refusal) named the primary reason. `None`: not asked yet.
+fn admit(permit: &Permit, c: &mut Claim, text: &Wording, out: &mut Plan) -> Option<(bool, bool)> {
+    match permit {
+        Permit::NotAsked => None,
+        Permit::Denied { quarantined, limit, fleet } => {
+            let told = !c.blocked;
+            if told {
+                out.actions.push("blocked");
+                out.events.push(EventSpec {
+                    kind: EventType::Warning,
+                    reason: "GPUQuarantineBlocked",
+                    message: format!(
+                        "circuit breaker open: {quarantined} of {fleet} GPU nodes are quarantined (limit {limit}); not \
+                         cordoning; {}; {}",
+                        text.named, text.reasons
+                    ),
+                });
+            }
+            c.blocked = true;
+            Some((false, told))
+        }
+        Permit::Unavailable => Some((false, false)),
+        Permit::Granted => {
+            c.blocked = false;
+            Some((true, false))
+        }
+    }
+}
+
+/// The node's taints with the loop's own set to `primary`.
+fn retainted(node: &NodeView, names: &Names, primary: &str) -> Vec<Taint> {
+    node.taints
+        .iter()
+        .map(|t| {
+            let mut t = t.clone();
+            if t.key == names.taint_key {
+                t.value = Some(primary.to_string());
+            }
+            t
+        })
+        .collect()
+}
+
+/// Healthy again: lift what the loop applied (never someone else's cordon) and say
+/// so; in dry-run only say what would be lifted.
+fn plan_lift(s: &Scene, c: &Claim, out: &mut Plan, writes: &mut SpecWrites) {
+    let (node, names) = (s.node, s.names);
+    if s.mode == Mode::DryRun {
+        out.actions.push("dry_run");
+        out.events.push(EventSpec {
+            kind: EventType::Normal,
+            reason: "GPUQuarantineDryRun",
+            message: "dry run, nothing changed: GPUs healthy again, would lift the quarantine".into(),
+        });
+        return;
+    }
+    let mut lifted = Vec::new();
+    if c.applied.cordon {
+        writes.unschedulable = Some(false);
+        out.actions.push("uncordon");
+        lifted.push("uncordoned".to_string());
+    }
+    if c.applied.taint.is_some() && node.taint(&names.taint_key).is_some() {
+        writes.taints = Some(node.taints.iter().filter(|t| t.key != names.taint_key).cloned().collect());
+        out.actions.push("untaint");
+        lifted.push(format!("removed taint {}", names.taint_key));
+    }
+    let kept = if node.unschedulable && !c.applied.cordon {
+        "; the node stays cordoned: that cordon is not the health loop's"
+    } else {
+        ""
+    };
+    let what = if lifted.is_empty() { "nothing of the loop's left to lift".into() } else { lifted.join(" and ") };
+    out.events.push(EventSpec {
+        kind: EventType::Normal,
+        reason: "GPURecovered",
+        message: format!("GPUs pass the health checks again: {what}{kept}"),
+    });
+}
+
+/// The Node patch: the claim annotation when it changed, and the spec writes, with
+/// the `resourceVersion` planned from. `None` when nothing differs.
+fn node_patch(
+    node: &NodeView,
+    key: &str,
+    new_text: Option<&String>,
+    old_text: Option<&String>,
+    writes: SpecWrites,
+) -> Option<Value> {
+    let annotation_changes = new_text != old_text;
+    if !annotation_changes && writes.unschedulable.is_none() && writes.taints.is_none() {
+        return None;
+    }
+    let mut metadata = Map::new();
+    metadata.insert("resourceVersion".into(), Value::String(node.resource_version.clone()));
+    if annotation_changes {
+        let value = new_text.map_or(Value::Null, |t| Value::String(t.clone()));
+        metadata.insert("annotations".into(), json!({ key: value }));
+    }
+    let mut patch = Map::new();
+    patch.insert("metadata".into(), Value::Object(metadata));
+    let mut spec = Map::new();
+    if let Some(u) = writes.unschedulable {
+        // `null` removes the field, as `kubectl uncordon` leaves it.
+        spec.insert("unschedulable".into(), if u { Value::Bool(true) } else { Value::Null });
+    }
+    if let Some(t) = writes.taints {
+        spec.insert("taints".into(), json!(t));
+    }
+    if !spec.is_empty() {
+        patch.insert("spec".into(), Value::Object(spec));
+    }
+    Some(Value::Object(patch))
 }
 
 fn notice_overrides(c: &mut Claim, node: &NodeView, names: &Names, out: &mut Plan) {
@@ -439,7 +527,7 @@ fn plan_condition(
     if same {
         return;
     }
-    let now_text = super::time::format(now);
+    let now_text = crate::time::format(now);
     let transition = node
         .condition
         .as_ref()
@@ -464,8 +552,8 @@ fn plan_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::node_state::ConditionView;
-    use crate::health::policy::{Needs, Reason};
+    use crate::node_state::ConditionView;
+    use crate::policy::{Needs, Reason};
     use std::time::{Duration, UNIX_EPOCH};
 
     fn names() -> Names {
@@ -505,7 +593,7 @@ mod tests {
             uid: "u1".into(),
             resource_version: "7".into(),
             boot_id: "boot-1".into(),
-            taints: vec![json!({"key": "other", "effect": "NoExecute"})],
+            taints: vec![Taint { key: "other".into(), effect: "NoExecute".into(), ..Taint::default() }],
             ..NodeView::default()
         }
     }
@@ -528,8 +616,8 @@ mod tests {
                 Some(Value::Null) => n.unschedulable = false,
                 _ => {}
             }
-            if let Some(t) = patch["spec"]["taints"].as_array() {
-                n.taints = t.clone();
+            if let Some(t) = patch["spec"].get("taints") {
+                n.taints = serde_json::from_value(t.clone()).unwrap();
             }
         }
         if let Some(s) = &p.status_patch {
@@ -574,7 +662,7 @@ mod tests {
         assert_eq!(p.actions, vec!["cordon", "taint", "condition"]);
         let after = apply(&node(), &p);
         let c = claim(&after);
-        assert_eq!(c.state, "quarantined");
+        assert_eq!(c.state, QuarantineState::Quarantined);
         assert_eq!(c.applied, Applied { cordon: true, taint: Some("Xid79".into()) });
         assert_eq!(c.boot_id, "boot-1");
         // The same verdict again plans nothing: no duplicated action.
@@ -670,7 +758,7 @@ mod tests {
         assert!(p.events.is_empty());
         assert_eq!(p.actions, vec!["condition"]);
         let q = apply(&node(), &p);
-        assert_eq!(claim(&q).state, "unhealthy");
+        assert_eq!(claim(&q).state, QuarantineState::Unhealthy);
         assert!(!claim(&q).blocked);
     }
 
@@ -730,12 +818,12 @@ mod tests {
 
     fn unhealthy(reasons: Vec<Reason>) -> Verdict {
         let mut reasons = reasons;
-        reasons.sort_by(crate::health::policy::primary_order);
+        reasons.sort_by(crate::policy::primary_order);
         Verdict { reasons, ..sick() }
     }
 
     fn our_taint(n: &NodeView) -> Option<String> {
-        n.taint("gpu-telemetry.io/gpu-unhealthy").and_then(|t| t["value"].as_str()).map(String::from)
+        n.taint("gpu-telemetry.io/gpu-unhealthy").and_then(|t| t.value.clone())
     }
 
     /// The primary reason each Event of `p` names.

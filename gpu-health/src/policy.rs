@@ -1,6 +1,6 @@
 //! The health policy: from the history of observations to a verdict for the node.
 //!
-//! Pure: no clock, no I/O. The loop feeds it one [`Observation`] per check with the
+//! Pure: no clock, no I/O. The loop feeds it one [`Assessment`] per check with the
 //! time of the check, and restores it from the node after a restart.
 //!
 //! - A **fatal** signal (lost GPU, uncorrectable ECC, failed row remap, an actionable
@@ -24,8 +24,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::signals::{Availability, Observation, Severity, SignalKind};
-use super::xid::{XidClass, XidTable};
+use crate::signals::{Assessment, Availability, Severity, SignalKind};
+use crate::xid::{XidClass, XidTable};
 
 /// The policy's knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +82,7 @@ pub struct Reason {
     /// When the policy first confirmed it in this episode, to the second (as it is
     /// kept on the node); it decides between reasons of equal severity (see [`primary`]). `None` in claims written before it was
     /// recorded: taken as older than any recorded one.
-    #[serde(default, rename = "firstSeen", skip_serializing_if = "Option::is_none", with = "super::time::rfc3339_opt")]
+    #[serde(default, rename = "firstSeen", skip_serializing_if = "Option::is_none", with = "crate::time::rfc3339_opt")]
     pub first_seen: Option<SystemTime>,
 }
 
@@ -163,7 +163,7 @@ pub fn primary(reasons: &[Reason]) -> Option<&Reason> {
 #[serde(rename_all = "camelCase")]
 pub struct Latch {
     pub reason: Reason,
-    #[serde(with = "super::time::rfc3339")]
+    #[serde(with = "crate::time::rfc3339")]
     pub since: SystemTime,
     /// Volatile ECC errors when it was set; fewer later means the GPU was reset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -318,48 +318,16 @@ impl PolicyState {
     }
 
     /// Runs one check.
-    pub fn step(&mut self, obs: &Observation, kind: CheckKind, at: SystemTime) -> Verdict {
+    pub fn step(&mut self, obs: &Assessment, kind: CheckKind, at: SystemTime) -> Verdict {
         if !obs.observable {
             return self.verdict(Vec::new(), Vec::new());
         }
         let mut notes = self.clear_latches_with_evidence(obs);
         let mut confirmed = Vec::new();
         self.read_xids(obs, at, &mut confirmed, &mut notes);
-
-        let mut present: Vec<(Option<u32>, SignalKind, Reason)> = Vec::new();
-        for gpu in &obs.gpus {
-            for s in &gpu.signals {
-                let reason = Reason {
-                    gpu: Some(gpu.index),
-                    uuid: gpu.uuid.clone(),
-                    code: s.kind.code(),
-                    detail: s.detail.clone(),
-                    needs: Needs::Nothing,
-                    first_seen: Some(super::time::whole_seconds(at)),
-                };
-                present.push((Some(gpu.index), s.kind, reason));
-            }
-        }
-        if let Some(failed) = &obs.nvml_failed {
-            let reason = Reason {
-                gpu: None,
-                uuid: String::new(),
-                code: SignalKind::NvmlHung.code(),
-                detail: failed.clone(),
-                needs: Needs::Nothing,
-                first_seen: Some(super::time::whole_seconds(at)),
-            };
-            present.push((None, SignalKind::NvmlHung, reason));
-        }
+        let present = present_signals(obs, at);
         if kind == CheckKind::Scheduled {
-            let mut streaks = BTreeMap::new();
-            for (gpu, signal, _) in &present {
-                if signal.severity() == Severity::Noisy {
-                    let before = self.streaks.get(&(*gpu, *signal)).copied().unwrap_or(0);
-                    streaks.insert((*gpu, *signal), before.saturating_add(1));
-                }
-            }
-            self.streaks = streaks;
+            self.count_streaks(&present);
         }
         let mut pending = Vec::new();
         for (gpu, signal, reason) in present {
@@ -375,7 +343,33 @@ impl PolicyState {
         confirmed.dedup();
         pending.sort();
         pending.dedup();
+        self.advance(confirmed, !pending.is_empty(), kind, at, &mut notes);
+        self.verdict(pending, notes)
+    }
 
+    /// Noisy signals seen on this scheduled check extend their streak; any other
+    /// streak starts again.
+    fn count_streaks(&mut self, present: &[(Option<u32>, SignalKind, Reason)]) {
+        let mut streaks = BTreeMap::new();
+        for (gpu, signal, _) in present {
+            if signal.severity() == Severity::Noisy {
+                let before = self.streaks.get(&(*gpu, *signal)).copied().unwrap_or(0);
+                streaks.insert((*gpu, *signal), before.saturating_add(1));
+            }
+        }
+        self.streaks = streaks;
+    }
+
+    /// The phase after this check: unhealthy on a confirmed reason, healthy again
+    /// only after `recovery_checks` clean scheduled checks and `min_quarantine`.
+    fn advance(
+        &mut self,
+        mut confirmed: Vec<Reason>,
+        pending: bool,
+        kind: CheckKind,
+        at: SystemTime,
+        notes: &mut Vec<String>,
+    ) {
         let bad = !confirmed.is_empty();
         self.phase = match std::mem::replace(&mut self.phase, Phase::Unknown) {
             Phase::Unknown | Phase::Healthy if bad => {
@@ -388,7 +382,7 @@ impl PolicyState {
                 self.healthy_streak = 0;
                 Phase::Unhealthy { since, reasons: keep_first_details(&reasons, confirmed) }
             }
-            Phase::Unhealthy { since, reasons } if !pending.is_empty() => {
+            Phase::Unhealthy { since, reasons } if pending => {
                 self.healthy_streak = 0;
                 Phase::Unhealthy { since, reasons }
             }
@@ -405,7 +399,6 @@ impl PolicyState {
             }
             unchanged => unchanged,
         };
-        self.verdict(pending, notes)
     }
 
     /// Healthy checks so far towards recovery.
@@ -425,7 +418,7 @@ impl PolicyState {
         Verdict { health, since, reasons, latches: self.latches.clone(), pending, notes, changed }
     }
 
-    fn clear_latches_with_evidence(&mut self, obs: &Observation) -> Vec<String> {
+    fn clear_latches_with_evidence(&mut self, obs: &Assessment) -> Vec<String> {
         let mut notes = Vec::new();
         self.latches.retain_mut(|latch| {
             let Some(gpu) = obs.gpus.iter().find(|g| Some(g.index) == latch.reason.gpu) else { return true };
@@ -456,7 +449,7 @@ impl PolicyState {
         notes
     }
 
-    fn read_xids(&mut self, obs: &Observation, at: SystemTime, confirmed: &mut Vec<Reason>, notes: &mut Vec<String>) {
+    fn read_xids(&mut self, obs: &Assessment, at: SystemTime, confirmed: &mut Vec<Reason>, notes: &mut Vec<String>) {
         for gpu in &obs.gpus {
             for (code, count) in &gpu.xid_counts {
                 let seen = self.xid_seen.entry((gpu.index, *code)).or_insert(0);
@@ -482,7 +475,7 @@ impl PolicyState {
                     code: SignalKind::Xid(*code).code(),
                     detail: format!("XID {code}: {meaning}"),
                     needs,
-                    first_seen: Some(super::time::whole_seconds(at)),
+                    first_seen: Some(crate::time::whole_seconds(at)),
                 };
                 if needs == Needs::Nothing {
                     confirmed.push(reason);
@@ -503,6 +496,38 @@ impl PolicyState {
     }
 }
 
+/// The level signals of this check, per GPU (and NVML itself when it failed), as
+/// reasons first seen now.
+fn present_signals(obs: &Assessment, at: SystemTime) -> Vec<(Option<u32>, SignalKind, Reason)> {
+    let first_seen = Some(crate::time::whole_seconds(at));
+    let mut present = Vec::new();
+    for gpu in &obs.gpus {
+        for s in &gpu.signals {
+            let reason = Reason {
+                gpu: Some(gpu.index),
+                uuid: gpu.uuid.clone(),
+                code: s.kind.code(),
+                detail: s.detail.clone(),
+                needs: Needs::Nothing,
+                first_seen,
+            };
+            present.push((Some(gpu.index), s.kind, reason));
+        }
+    }
+    if let Some(failed) = &obs.nvml_failed {
+        let reason = Reason {
+            gpu: None,
+            uuid: String::new(),
+            code: SignalKind::NvmlHung.code(),
+            detail: failed.clone(),
+            needs: Needs::Nothing,
+            first_seen,
+        };
+        present.push((None, SignalKind::NvmlHung, reason));
+    }
+    present
+}
+
 /// A reason already known keeps the detail and the time it was first seen with, so
 /// that a moving reading (a temperature, a counter) does not rewrite the node every
 /// check and the primary reason does not move; the result is in [`primary_order`].
@@ -518,7 +543,7 @@ fn keep_first_details(known: &[Reason], now: Vec<Reason>) -> Vec<Reason> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::signals::{GpuObservation, Signal};
+    use crate::signals::{GpuAssessment, Signal};
     use std::time::UNIX_EPOCH;
 
     const T0: u64 = 1_700_000_000;
@@ -535,8 +560,8 @@ mod tests {
         PolicyState::new(settings(), XidTable::default())
     }
 
-    fn gpu(signals: &[SignalKind]) -> GpuObservation {
-        GpuObservation {
+    fn gpu(signals: &[SignalKind]) -> GpuAssessment {
+        GpuAssessment {
             index: 0,
             uuid: "GPU-a".into(),
             availability: if signals.contains(&SignalKind::GpuLost) { Availability::Gone } else { Availability::Ok },
@@ -546,8 +571,8 @@ mod tests {
         }
     }
 
-    fn obs(gpus: Vec<GpuObservation>) -> Observation {
-        Observation {
+    fn obs(gpus: Vec<GpuAssessment>) -> Assessment {
+        Assessment {
             generation: 1,
             observable: true,
             nvml_failed: None,
@@ -556,7 +581,7 @@ mod tests {
         }
     }
 
-    fn with_xid(mut g: GpuObservation, code: u64, count: u64) -> GpuObservation {
+    fn with_xid(mut g: GpuAssessment, code: u64, count: u64) -> GpuAssessment {
         g.xid_counts.insert(code, count);
         g
     }

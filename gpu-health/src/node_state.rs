@@ -11,11 +11,11 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Taint};
 use serde::{Deserialize, Serialize};
 
-use super::config::Names;
-use super::policy::{Latch, Reason, Restored};
+use crate::names::Names;
+use crate::policy::{Latch, Reason, Restored};
 
 /// Why a claim could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -67,14 +67,51 @@ pub struct Overridden {
     pub taint: bool,
 }
 
+/// What the claim says of the node. The wire names are those every earlier version
+/// wrote (`quarantined`, `unhealthy`, `dry-run`), so their claims still parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QuarantineState {
+    /// The loop applied a cordon or a taint.
+    Quarantined,
+    /// Unhealthy, nothing applied: auto-cordon off, or the breaker is open.
+    Unhealthy,
+    /// Dry-run: what the loop would have done.
+    DryRun,
+}
+
+impl QuarantineState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Quarantined => "quarantined",
+            Self::Unhealthy => "unhealthy",
+            Self::DryRun => "dry-run",
+        }
+    }
+}
+
+impl std::fmt::Display for QuarantineState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Only the state of a claim, for the breaker's count of quarantined nodes: the rest
+/// of a claim another version wrote need not parse for it to count.
+pub fn claim_state(text: &str) -> Option<QuarantineState> {
+    #[derive(Deserialize)]
+    struct StateOnly {
+        state: QuarantineState,
+    }
+    serde_json::from_str::<StateOnly>(text).ok().map(|s| s.state)
+}
+
 /// The loop's record on the node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Claim {
-    /// `quarantined`, `unhealthy` (nothing applied: auto-cordon off, or the breaker
-    /// is open), or `dry-run`.
-    pub state: String,
-    #[serde(with = "super::time::rfc3339")]
+    pub state: QuarantineState,
+    #[serde(with = "crate::time::rfc3339")]
     pub since: SystemTime,
     pub reasons: Vec<Reason>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -133,8 +170,8 @@ pub struct NodeView {
     pub uid: String,
     pub resource_version: String,
     pub unschedulable: bool,
-    /// As JSON, so that fields this version does not know survive a rewrite.
-    pub taints: Vec<serde_json::Value>,
+    /// All taints, the loop's and everyone else's: a rewrite sends the whole list.
+    pub taints: Vec<Taint>,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub condition: Option<ConditionView>,
@@ -147,7 +184,6 @@ impl NodeView {
     pub fn from_node(node: &Node, names: &Names) -> NodeView {
         let meta = &node.metadata;
         let spec = node.spec.clone().unwrap_or_default();
-        let taints = spec.taints.unwrap_or_default().iter().filter_map(|t| serde_json::to_value(t).ok()).collect();
         let status = node.status.as_ref();
         let condition = status
             .and_then(|s| s.conditions.as_ref())
@@ -180,7 +216,7 @@ impl NodeView {
             uid: meta.uid.clone().unwrap_or_default(),
             resource_version: meta.resource_version.clone().unwrap_or_default(),
             unschedulable: spec.unschedulable.unwrap_or(false),
-            taints,
+            taints: spec.taints.unwrap_or_default(),
             labels: meta.labels.clone().unwrap_or_default(),
             annotations: meta.annotations.clone().unwrap_or_default(),
             condition,
@@ -190,8 +226,8 @@ impl NodeView {
     }
 
     /// The loop's taint, if present.
-    pub fn taint(&self, key: &str) -> Option<&serde_json::Value> {
-        self.taints.iter().find(|t| t.get("key").and_then(|k| k.as_str()) == Some(key))
+    pub fn taint(&self, key: &str) -> Option<&Taint> {
+        self.taints.iter().find(|t| t.key == key)
     }
 
     /// Whether `spec.unschedulable` is still the loop's: nobody else has written it
@@ -211,7 +247,7 @@ impl NodeView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::policy::Needs;
+    use crate::policy::Needs;
     use std::time::{Duration, UNIX_EPOCH};
 
     fn names() -> Names {
@@ -220,6 +256,23 @@ mod tests {
 
     fn node(json: serde_json::Value) -> Node {
         serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn quarantine_states_keep_their_wire_names() {
+        for (state, name) in [
+            (QuarantineState::Quarantined, "quarantined"),
+            (QuarantineState::Unhealthy, "unhealthy"),
+            (QuarantineState::DryRun, "dry-run"),
+        ] {
+            assert_eq!(serde_json::to_value(state).unwrap(), name);
+            // A claim as earlier versions wrote it.
+            let text = format!(r#"{{"state":"{name}","since":"2024-05-01T12:00:00Z","reasons":[]}}"#);
+            assert_eq!(Claim::parse("k", &text).unwrap().state, state);
+            assert_eq!(claim_state(&text), Some(state));
+        }
+        assert!(Claim::parse("k", r#"{"state":"frozen","since":"2024-05-01T12:00:00Z","reasons":[]}"#).is_err());
+        assert_eq!(claim_state(r#"{"state":"quarantined"}"#), Some(QuarantineState::Quarantined), "state alone counts");
     }
 
     #[test]
@@ -270,7 +323,7 @@ mod tests {
             first_seen: None,
         };
         let claim = Claim {
-            state: "quarantined".into(),
+            state: QuarantineState::Quarantined,
             since: UNIX_EPOCH + Duration::from_secs(1_714_564_800),
             reasons: vec![reason],
             latches: vec![],

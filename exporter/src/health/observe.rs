@@ -1,0 +1,146 @@
+//! A snapshot as the health core's [`Observation`]: the readings its signals are
+//! computed from, copied out of the exporter's own types. No policy here: thresholds
+//! and what a reading means live in `gpu-health`.
+
+use gpu_health::observation::{Ecc, GpuReadings, GpuState, Nvml, Observation, Recovery, RemappedRows, RetiredPages};
+use gpu_health_kube::Source;
+
+use crate::snapshot::{self, GpuSnapshot, NvmlDownReason, NvmlStatus, RecoveryAction, Snapshot};
+
+impl Source for Snapshot {
+    fn observe(&self) -> Observation {
+        observe(self)
+    }
+}
+
+/// The health core's view of one snapshot.
+pub fn observe(snapshot: &Snapshot) -> Observation {
+    let nvml = match &snapshot.nvml {
+        NvmlStatus::Up(info) => {
+            Nvml::Up { driver_version: info.driver_version.clone(), read: snapshot.stats.cycles_total > 0 }
+        }
+        NvmlStatus::Starting => Nvml::Starting,
+        // Only these say the GPUs or the driver are broken; a missing library or a
+        // permission does not.
+        NvmlStatus::Down { error: error @ (NvmlDownReason::InitHung | NvmlDownReason::DriverNotLoaded), message } => {
+            Nvml::Failed(format!("NVML is down ({}): {message}", error.as_str()))
+        }
+        NvmlStatus::Down { .. } => Nvml::Unusable,
+    };
+    Observation { generation: snapshot.generation, nvml, gpus: snapshot.gpus.iter().map(gpu).collect() }
+}
+
+fn gpu(gpu: &GpuSnapshot) -> GpuReadings {
+    let state = match &gpu.state {
+        snapshot::GpuState::Ok => GpuState::Ok,
+        snapshot::GpuState::Unknown => GpuState::Unknown,
+        snapshot::GpuState::Lost { .. } => GpuState::Lost,
+        snapshot::GpuState::Failed { error } => GpuState::Failed { error: error.clone() },
+        snapshot::GpuState::Stale { call, .. } => GpuState::Stale { call: (*call).to_string() },
+    };
+    let r = gpu.readings.as_ref();
+    GpuReadings {
+        index: gpu.index,
+        uuid: gpu.identity.uuid.clone(),
+        model: gpu.identity.model.clone(),
+        state,
+        ecc: r
+            .and_then(|r| r.ecc)
+            .map(|e| Ecc { corrected: e.corrected_volatile, uncorrected: e.uncorrected_volatile }),
+        remapped_rows: r.and_then(|r| r.remapped_rows).map(|m| RemappedRows { failed: m.failed, pending: m.pending }),
+        retired_pages: r
+            .and_then(|r| r.retired_pages)
+            .map(|p| RetiredPages { retired: p.single_bit_ecc.saturating_add(p.double_bit_ecc), pending: p.pending }),
+        recovery: r.and_then(|r| match r.recovery_action {
+            Some(RecoveryAction::GpuReset | RecoveryAction::DrainAndReset) => Some(Recovery::Reset),
+            Some(RecoveryAction::NodeReboot) => Some(Recovery::Reboot),
+            _ => None,
+        }),
+        temperature_celsius: r.and_then(|r| r.temperature_celsius),
+        temperature_slowdown_celsius: r.and_then(|r| r.temperature_slowdown_celsius),
+        clock_events_active: r.and_then(|r| r.clock_events).map(|c| c.active),
+        xid_counts: gpu.xids.iter().map(|(code, x)| (*code, x.count)).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{ClockEvents, DriverInfo, EccCounts, GpuIdentity, XidRecord};
+    use std::time::SystemTime;
+
+    fn up(gpu: GpuSnapshot) -> Snapshot {
+        let mut s = Snapshot { nvml: NvmlStatus::Up(DriverInfo::default()), gpus: vec![gpu], ..Snapshot::default() };
+        s.stats.cycles_total = 1;
+        s
+    }
+
+    #[test]
+    fn readings_are_copied_and_recovery_actions_mapped() {
+        let readings = snapshot::GpuReadings {
+            temperature_celsius: Some(82),
+            ecc: Some(EccCounts { corrected_volatile: 10, uncorrected_volatile: 1, ..EccCounts::default() }),
+            retired_pages: Some(snapshot::RetiredPages { single_bit_ecc: 50, double_bit_ecc: 10, pending: true }),
+            clock_events: Some(ClockEvents { supported: 0x1ff, active: 0x48 }),
+            recovery_action: Some(RecoveryAction::DrainAndReset),
+            ..snapshot::GpuReadings::default()
+        };
+        let g = GpuSnapshot {
+            identity: GpuIdentity { uuid: "GPU-a".into(), model: "H100".into(), ..GpuIdentity::default() },
+            state: snapshot::GpuState::Ok,
+            readings: Some(readings),
+            ..GpuSnapshot::default()
+        };
+        let o = observe(&up(g));
+        assert!(matches!(o.nvml, Nvml::Up { read: true, .. }));
+        let g = &o.gpus[0];
+        assert_eq!((g.uuid.as_str(), g.model.as_str(), &g.state), ("GPU-a", "H100", &GpuState::Ok));
+        assert_eq!(g.ecc, Some(Ecc { corrected: 10, uncorrected: 1 }));
+        assert_eq!(g.retired_pages, Some(RetiredPages { retired: 60, pending: true }));
+        assert_eq!(
+            (g.recovery, g.clock_events_active, g.temperature_celsius),
+            (Some(Recovery::Reset), Some(0x48), Some(82))
+        );
+        for (action, want) in [
+            (RecoveryAction::None, None),
+            (RecoveryAction::DrainP2p, None),
+            (RecoveryAction::GpuReset, Some(Recovery::Reset)),
+            (RecoveryAction::NodeReboot, Some(Recovery::Reboot)),
+        ] {
+            let readings = snapshot::GpuReadings { recovery_action: Some(action), ..snapshot::GpuReadings::default() };
+            let o = observe(&up(GpuSnapshot { readings: Some(readings), ..GpuSnapshot::default() }));
+            assert_eq!(o.gpus[0].recovery, want, "{action:?}");
+        }
+    }
+
+    #[test]
+    fn states_and_xids() {
+        let now = SystemTime::now();
+        let mut lost = GpuSnapshot { state: snapshot::GpuState::Lost { since: now }, ..GpuSnapshot::default() };
+        lost.xids.insert(79, XidRecord { count: 2, last_seen: now });
+        let o = observe(&up(lost));
+        assert_eq!((&o.gpus[0].state, o.gpus[0].xid_counts[&79]), (&GpuState::Lost, 2));
+        let hung = GpuSnapshot {
+            state: snapshot::GpuState::Stale { call: "nvmlDeviceGetPowerUsage", since: now },
+            ..GpuSnapshot::default()
+        };
+        assert_eq!(observe(&up(hung)).gpus[0].state, GpuState::Stale { call: "nvmlDeviceGetPowerUsage".into() });
+    }
+
+    #[test]
+    fn nvml_down_is_a_failure_only_when_the_driver_is_at_fault() {
+        let missing = Snapshot {
+            nvml: NvmlStatus::Down { error: NvmlDownReason::LibraryNotLoaded, message: "no file".into() },
+            ..Snapshot::default()
+        };
+        assert_eq!(observe(&missing).nvml, Nvml::Unusable);
+        let hung = Snapshot {
+            nvml: NvmlStatus::Down { error: NvmlDownReason::InitHung, message: "nvmlInit hung".into() },
+            ..Snapshot::default()
+        };
+        assert!(matches!(observe(&hung).nvml, Nvml::Failed(why) if why.contains("init_hung")));
+        assert_eq!(observe(&Snapshot::default()).nvml, Nvml::Starting);
+        let never_read = Snapshot { nvml: NvmlStatus::Up(DriverInfo::default()), ..Snapshot::default() };
+        assert!(matches!(observe(&never_read).nvml, Nvml::Up { read: false, .. }));
+    }
+}

@@ -1,0 +1,23 @@
+//! The health loop's pure core: from an [`observation::Observation`] (one collection
+//! cycle as plain data) to signals, a verdict, and the writes that make the Node
+//! match it.
+//!
+//! ```text
+//! Observation ──signals──> Assessment ──policy──> Verdict ──plan(NodeView)──> patches, Events
+//! ```
+//! Nothing here does I/O or reads a clock: the Kubernetes edge (`gpu-health-kube`)
+//! reads the Node, asks the breaker's ConfigMap, writes, and drives the loop; the
+//! exporter fills the observation from its snapshot. The Node is read through
+//! k8s-openapi's types only (plain data, no client), so the plan and the node state
+//! it reads stay here and are unit-tested without an API server.
+
+pub mod breaker;
+pub mod names;
+pub mod node_state;
+pub mod observation;
+pub mod plan;
+pub mod policy;
+pub mod signals;
+pub mod time;
+pub mod view;
+pub mod xid;
