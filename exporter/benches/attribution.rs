@@ -15,6 +15,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -215,4 +217,5 @@ fn main() {
         micros(percentile(&render_attributed, 0.99))
     );
     println!("| series added by attribution | {} |", series(&attributed) - series(&plain));
+    support::encodings::compare("busy node (attribution, MIG)", &attributed, &ctx);
 }

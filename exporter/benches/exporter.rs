@@ -109,6 +109,7 @@ fn cold_render() {
         micros(percentile(&times, 0.5)),
         micros(percentile(&times, 0.99))
     );
+    support::encodings::compare("plain 8-GPU node", &snapshot, &ctx);
 }
 
 /// A reading with every field present, as an H100 gives it.
