@@ -13,7 +13,7 @@
 //! join with `gpu_device_pod_info` (rendered by [`pods`]); see docs/metrics.md.
 //!
 //! Encoding: the families are described once, through [`sink::Exposition`], and
-//! [`Encoding`] picks who writes them: prometheus-client ([`client`]) or our own leaf
+//! [`Encoding`] picks who writes them: prometheus-client (`client`) or our own leaf
 //! encoder ([`crate::exposition`]). docs/design.md records which serves and why.
 
 mod client;

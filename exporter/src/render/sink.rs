@@ -1,6 +1,6 @@
 //! The interface the family renderers write through, so each family is described once
 //! and either encoder (ours in [`crate::exposition`], or prometheus-client in
-//! [`super::client`]) can serve it.
+//! `render::client`) can serve it.
 //!
 //! A family hands its samples over in one closure rather than one call per sample:
 //! prometheus-client's `MetricEncoder` borrows the descriptor encoder for as long as the
