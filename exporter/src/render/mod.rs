@@ -56,7 +56,8 @@ pub trait Section: Send + Sync + std::fmt::Debug {
 pub enum Encoding {
     /// Our leaf encoder, [`crate::exposition::Encoder`].
     Ours,
-    /// prometheus-client, through a per-render `Collector`.
+    /// prometheus-client, through a per-render `Collector`. The default; the figures
+    /// behind that (render time, code size) are in docs/design.md.
     #[default]
     PrometheusClient,
 }
