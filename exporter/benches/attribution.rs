@@ -9,11 +9,16 @@
 //!   flavour, and the join), cold (empty PID cache) and warm;
 //! - a cold render of the exposition with and without the attribution families, and the
 //!   series attribution adds.
+//! - the cold render of the attributed snapshot by each encoding (ours,
+//!   prometheus-client), both formats, side by side, and the snapshot copy the
+//!   prometheus-client collector owns (docs/design.md).
 //!
 //! Layout: instance `i % 56` of pod `i`, as replica `i / 56` (MIG time-slicing), so 44
 //! instances are shared by two pods and 12 are held by one; 4 processes per pod.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -215,4 +220,5 @@ fn main() {
         micros(percentile(&render_attributed, 0.99))
     );
     println!("| series added by attribution | {} |", series(&attributed) - series(&plain));
+    support::encodings::compare("busy node (attribution, MIG)", &attributed, &ctx);
 }

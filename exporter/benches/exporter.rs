@@ -5,6 +5,8 @@
 //! - the collection cycle in-process with the fake library (the exporter's own
 //!   overhead: threads, deadlines, snapshot; the fake's calls cost well under 1 µs);
 //! - a cold render of the exposition from a snapshot;
+//! - the same cold render by each encoding (ours, prometheus-client), both formats,
+//!   side by side (docs/design.md);
 //! - `/metrics` latency p50/p99 under 10 concurrent keep-alive scrapers, as Prometheus
 //!   asks (OpenMetrics, gzip) and as plain text;
 //! - series and bytes per scrape, resident memory, CPU per second at a 1 s interval;
@@ -109,6 +111,7 @@ fn cold_render() {
         micros(percentile(&times, 0.5)),
         micros(percentile(&times, 0.99))
     );
+    support::encodings::compare("plain 8-GPU node", &snapshot, &ctx);
 }
 
 /// A reading with every field present, as an H100 gives it.

@@ -1,8 +1,10 @@
 //! Low-level writer for the two exposition formats a scraper can ask for.
 //!
 //! A leaf: it names no other module of the crate, so both the exporter's own families
-//! ([`crate::render`]) and the health loop's (`health::metrics`) write through it
-//! without either reaching into the other.
+//! ([`crate::render`]) and the health loop's (`health::metrics`) can write through it
+//! without either reaching into the other. The exporter's own families are written by
+//! prometheus-client by default (`render::Encoding`, docs/design.md); this encoder
+//! writes the health loop's, and is the reference the render tests compare against.
 //!
 //! Prometheus text 0.0.4 and OpenMetrics 1.0 differ only in a few places, all handled
 //! here: a counter's `# TYPE` names the family without `_total` in OpenMetrics but with

@@ -7,11 +7,13 @@
 //! memory twice.
 
 use super::families as f;
-use crate::exposition::{Encoder, Family, push_label};
+use super::labels::LabelSet;
+use super::sink::Exposition;
+use crate::exposition::Family;
 use crate::snapshot::{GpuSnapshot, MigInstance, Snapshot};
 
-/// Label lists of the MIG instances of GPUs that answered this cycle: (labels, instance).
-pub fn instance_labels<'a>(snapshot: &'a Snapshot, gpu_labels: &[String]) -> Vec<(String, &'a MigInstance)> {
+/// Label sets of the MIG instances of GPUs that answered this cycle: (labels, instance).
+pub fn instance_labels<'a>(snapshot: &'a Snapshot, gpu_labels: &[LabelSet]) -> Vec<(LabelSet, &'a MigInstance)> {
     let mut out = Vec::new();
     for (gpu, labels) in snapshot.gpus.iter().zip(gpu_labels) {
         if gpu.readings.is_none() {
@@ -28,17 +30,12 @@ pub fn instance_labels<'a>(snapshot: &'a Snapshot, gpu_labels: &[String]) -> Vec
 }
 
 /// Appends `mig_profile`, `gpu_instance_id`, `compute_instance_id` and `mig_uuid` to a
-/// GPU's label list.
-pub fn push_mig_labels(labels: &mut String, instance: &MigInstance) {
-    for (name, value) in [
-        ("mig_profile", instance.profile.clone()),
-        ("gpu_instance_id", instance.gpu_instance_id.to_string()),
-        ("compute_instance_id", instance.compute_instance_id.to_string()),
-        ("mig_uuid", instance.uuid.clone()),
-    ] {
-        labels.push(',');
-        push_label(labels, name, &value);
-    }
+/// GPU's label set.
+pub fn push_mig_labels(labels: &mut LabelSet, instance: &MigInstance) {
+    labels.push("mig_profile", instance.profile.as_str());
+    labels.push("gpu_instance_id", instance.gpu_instance_id.to_string());
+    labels.push("compute_instance_id", instance.compute_instance_id.to_string());
+    labels.push("mig_uuid", instance.uuid.as_str());
 }
 
 /// The instance's value in one of the contract families, if it has one.
@@ -53,16 +50,16 @@ pub fn instance_value(family: &str, instance: &MigInstance) -> Option<f64> {
     }
 }
 
-fn answered<'a>(snapshot: &'a Snapshot, labels: &'a [String]) -> Vec<(&'a GpuSnapshot, &'a String)> {
+fn answered<'a>(snapshot: &'a Snapshot, labels: &'a [LabelSet]) -> Vec<(&'a GpuSnapshot, &'a LabelSet)> {
     snapshot.gpus.iter().zip(labels).filter(|(g, _)| g.readings.is_some()).collect()
 }
 
 /// Renders the GPM, MIG and process families.
 pub fn render_mig(
-    enc: &mut Encoder<'_>,
+    enc: &mut dyn Exposition,
     snapshot: &Snapshot,
-    gpu_labels: &[String],
-    instances: &[(String, &MigInstance)],
+    gpu_labels: &[LabelSet],
+    instances: &[(LabelSet, &MigInstance)],
 ) {
     let gpus = answered(snapshot, gpu_labels);
     type GpuActivity = fn(&GpuSnapshot) -> Option<f64>;
@@ -73,57 +70,59 @@ pub fn render_mig(
         (&f::DRAM_ACTIVITY, |g| g.readings.as_ref()?.dram_activity_percent, |i| i.dram_activity_percent),
     ];
     for (family, of_gpu, of_instance) in activity {
-        enc.family(family);
+        enc.emit(family, &mut |s| {
+            for (gpu, l) in &gpus {
+                if let Some(v) = of_gpu(gpu) {
+                    s.sample(l, &[], v);
+                }
+            }
+            for (l, instance) in instances {
+                if let Some(v) = of_instance(instance) {
+                    s.sample(l, &[], v);
+                }
+            }
+        });
+    }
+    enc.emit(&f::MIG_ENABLED, &mut |s| {
         for (gpu, l) in &gpus {
-            if let Some(v) = of_gpu(gpu) {
-                enc.sample(l, &[], v);
+            if let Some(enabled) = gpu.readings.as_ref().and_then(|r| r.mig_enabled) {
+                s.sample(l, &[], if enabled { 1.0 } else { 0.0 });
+            }
+        }
+    });
+    enc.emit(&f::MIG_INSTANCE_INFO, &mut |s| instances.iter().for_each(|(l, _)| s.sample(l, &[], 1.0)));
+    enc.emit(&f::MIG_INSTANCE_SLICES, &mut |s| {
+        instances.iter().for_each(|(l, instance)| s.sample(l, &[], f64::from(instance.compute_slices)));
+    });
+    enc.emit(&f::MIG_SLICES_FREE, &mut |s| {
+        for (gpu, l) in &gpus {
+            if let Some(mig) = &gpu.mig {
+                s.sample(l, &[], f64::from(mig.free_compute_slices));
+            }
+        }
+    });
+    enc.emit(&f::MIG_SLICES_TOTAL, &mut |s| {
+        for (gpu, l) in &gpus {
+            if let Some(mig) = &gpu.mig {
+                s.sample(l, &[], f64::from(mig.total_compute_slices));
+            }
+        }
+    });
+    enc.emit(&f::MIG_PROFILE_AVAILABLE, &mut |s| {
+        for (gpu, l) in &gpus {
+            for (profile, count) in gpu.mig.iter().flat_map(|m| &m.available_by_profile) {
+                s.sample(l, &[("mig_profile", profile)], f64::from(*count));
+            }
+        }
+    });
+    enc.emit(&f::PROCESSES, &mut |s| {
+        for (gpu, l) in &gpus {
+            if gpu.mig.is_none() {
+                s.sample(l, &[], gpu.processes.len() as f64);
             }
         }
         for (l, instance) in instances {
-            if let Some(v) = of_instance(instance) {
-                enc.sample(l, &[], v);
-            }
+            s.sample(l, &[], instance.processes.len() as f64);
         }
-    }
-    enc.family(&f::MIG_ENABLED);
-    for (gpu, l) in &gpus {
-        if let Some(enabled) = gpu.readings.as_ref().and_then(|r| r.mig_enabled) {
-            enc.sample(l, &[], if enabled { 1.0 } else { 0.0 });
-        }
-    }
-    enc.family(&f::MIG_INSTANCE_INFO);
-    for (l, _) in instances {
-        enc.sample(l, &[], 1.0);
-    }
-    enc.family(&f::MIG_INSTANCE_SLICES);
-    for (l, instance) in instances {
-        enc.sample(l, &[], f64::from(instance.compute_slices));
-    }
-    enc.family(&f::MIG_SLICES_FREE);
-    for (gpu, l) in &gpus {
-        if let Some(mig) = &gpu.mig {
-            enc.sample(l, &[], f64::from(mig.free_compute_slices));
-        }
-    }
-    enc.family(&f::MIG_SLICES_TOTAL);
-    for (gpu, l) in &gpus {
-        if let Some(mig) = &gpu.mig {
-            enc.sample(l, &[], f64::from(mig.total_compute_slices));
-        }
-    }
-    enc.family(&f::MIG_PROFILE_AVAILABLE);
-    for (gpu, l) in &gpus {
-        for (profile, count) in gpu.mig.iter().flat_map(|m| &m.available_by_profile) {
-            enc.sample(l, &[("mig_profile", profile)], f64::from(*count));
-        }
-    }
-    enc.family(&f::PROCESSES);
-    for (gpu, l) in &gpus {
-        if gpu.mig.is_none() {
-            enc.sample(l, &[], gpu.processes.len() as f64);
-        }
-    }
-    for (l, instance) in instances {
-        enc.sample(l, &[], instance.processes.len() as f64);
-    }
+    });
 }

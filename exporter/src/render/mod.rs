@@ -11,16 +11,25 @@
 //! the holder would make Prometheus see a new series starting at the full value, so
 //! `increase()` and `rate()` would jump and alerts fire again. Who holds a device is the
 //! join with `gpu_device_pod_info` (rendered by [`pods`]); see docs/metrics.md.
+//!
+//! Encoding: the families are described once, through [`sink::Exposition`], and
+//! [`Encoding`] picks who writes them: prometheus-client (`client`) or our own leaf
+//! encoder ([`crate::exposition`]). docs/design.md records which serves and why.
 
+mod client;
 pub mod families;
+pub mod labels;
 mod mig;
 mod pods;
+pub mod sink;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use families as f;
+use labels::LabelSet;
+use sink::Exposition;
 
-use crate::exposition::{Encoder, Family, Format, Kind, label_list, push_label};
+use crate::exposition::{Encoder, Family, Format, Kind};
 use crate::snapshot::{CLOCK_EVENT_REASONS, GpuReadings, GpuSnapshot, GpuState, NvmlStatus, Snapshot};
 
 /// What rendering needs besides the snapshot.
@@ -42,6 +51,17 @@ pub trait Section: Send + Sync + std::fmt::Debug {
     fn render(&self, enc: &mut Encoder<'_>, ctx: &RenderContext);
 }
 
+/// Who writes the exporter's own families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Encoding {
+    /// Our leaf encoder, [`crate::exposition::Encoder`].
+    Ours,
+    /// prometheus-client, through a per-render `Collector`. The default; the figures
+    /// behind that (render time, code size) are in docs/design.md.
+    #[default]
+    PrometheusClient,
+}
+
 /// Renders the whole exposition.
 pub fn render(snapshot: &Snapshot, ctx: &RenderContext, format: Format) -> String {
     render_with(snapshot, ctx, format, &[])
@@ -54,20 +74,29 @@ pub fn render_with(
     format: Format,
     sections: &[std::sync::Arc<dyn Section>],
 ) -> String {
+    render_encoded(snapshot, ctx, format, sections, Encoding::default())
+}
+
+/// Renders the whole exposition followed by `sections`, the exporter's own families
+/// written by `encoding`. Sections always go through our encoder (their API is its).
+pub fn render_encoded(
+    snapshot: &Snapshot,
+    ctx: &RenderContext,
+    format: Format,
+    sections: &[std::sync::Arc<dyn Section>],
+    encoding: Encoding,
+) -> String {
     let mut out = String::with_capacity(16 * 1024 + snapshot.gpus.len() * 8 * 1024);
-    // Device labels only: counters and event records use these.
-    let base_labels: Vec<String> = snapshot.gpus.iter().map(|g| gpu_label_list(g, ctx)).collect();
-    // Pod attribution: the gauges of a device held by one container carry its owner's labels.
-    let gpu_labels = pods::with_owner_labels(snapshot, &base_labels);
-    let own = own_label_list(ctx);
+    if encoding == Encoding::PrometheusClient {
+        // Writing into a String cannot fail; an error here would be a bug in a family.
+        if let Err(error) = client::encode(snapshot, ctx, format, &mut out) {
+            tracing::error!(%error, "prometheus-client failed to encode the exposition");
+        }
+    }
     let mut enc = Encoder::new(&mut out, format);
-    let instance_labels = mig::instance_labels(snapshot, &base_labels);
-    render_gpu_state(&mut enc, snapshot, &gpu_labels);
-    render_readings(&mut enc, snapshot, GpuLabels { held: &gpu_labels, device: &base_labels }, &instance_labels);
-    mig::render_mig(&mut enc, snapshot, &gpu_labels, &instance_labels);
-    render_xids(&mut enc, snapshot, &base_labels);
-    render_self(&mut enc, snapshot, ctx, &own);
-    pods::render_pods(&mut enc, snapshot, &base_labels, &own);
+    if encoding == Encoding::Ours {
+        write_families(&mut enc, snapshot, ctx);
+    }
     for section in sections {
         section.render(&mut enc, ctx);
     }
@@ -75,26 +104,39 @@ pub fn render_with(
     out
 }
 
-fn gpu_label_list(gpu: &GpuSnapshot, ctx: &RenderContext) -> String {
-    let index = gpu.index.to_string();
-    let mut labels = label_list(&[
+/// Writes the exporter's own families, in the documented order.
+fn write_families(enc: &mut dyn Exposition, snapshot: &Snapshot, ctx: &RenderContext) {
+    // Device labels only: counters and event records use these.
+    let base_labels: Vec<LabelSet> = snapshot.gpus.iter().map(|g| gpu_label_set(g, ctx)).collect();
+    // Pod attribution: the gauges of a device held by one container carry its owner's labels.
+    let gpu_labels = pods::with_owner_labels(snapshot, &base_labels);
+    let own = own_label_set(ctx);
+    let instance_labels = mig::instance_labels(snapshot, &base_labels);
+    render_gpu_state(enc, snapshot, &gpu_labels);
+    render_readings(enc, snapshot, GpuLabels { held: &gpu_labels, device: &base_labels }, &instance_labels);
+    mig::render_mig(enc, snapshot, &gpu_labels, &instance_labels);
+    render_xids(enc, snapshot, &base_labels);
+    render_self(enc, snapshot, ctx, &own);
+    pods::render_pods(enc, snapshot, &base_labels, &own);
+}
+
+fn gpu_label_set(gpu: &GpuSnapshot, ctx: &RenderContext) -> LabelSet {
+    let mut labels = LabelSet::of(&[
         ("node", &ctx.node),
-        ("gpu", &index),
+        ("gpu", &gpu.index.to_string()),
         ("uuid", &gpu.identity.uuid),
         ("model", &gpu.identity.model),
     ]);
     for (name, value) in &ctx.extra_labels {
-        labels.push(',');
-        push_label(&mut labels, name, value);
+        labels.push(name.clone(), value.as_str());
     }
     labels
 }
 
-fn own_label_list(ctx: &RenderContext) -> String {
-    let mut labels = label_list(&[("node", &ctx.node)]);
+fn own_label_set(ctx: &RenderContext) -> LabelSet {
+    let mut labels = LabelSet::of(&[("node", &ctx.node)]);
     for (name, value) in &ctx.extra_labels {
-        labels.push(',');
-        push_label(&mut labels, name, value);
+        labels.push(name.clone(), value.as_str());
     }
     labels
 }
@@ -107,56 +149,54 @@ fn flag(b: bool) -> f64 {
     if b { 1.0 } else { 0.0 }
 }
 
-fn render_gpu_state(enc: &mut Encoder<'_>, snapshot: &Snapshot, labels: &[String]) {
+fn render_gpu_state(enc: &mut dyn Exposition, snapshot: &Snapshot, labels: &[LabelSet]) {
     let (driver, cuda) = match &snapshot.nvml {
         NvmlStatus::Up(info) => (info.driver_version.as_str(), info.cuda_version.as_str()),
         _ => ("", ""),
     };
-    enc.family(&f::GPU_INFO);
-    for (gpu, l) in snapshot.gpus.iter().zip(labels) {
-        let id = &gpu.identity;
-        let extra = [
-            ("pci_bus_id", id.pci_bus_id.as_str()),
-            ("architecture", id.architecture.as_str()),
-            ("compute_capability", id.compute_capability.as_str()),
-            ("driver_version", driver),
-            ("cuda_version", cuda),
-        ];
-        enc.sample(l, &extra, 1.0);
-    }
-    enc.family(&f::GPU_UP);
-    for (gpu, l) in snapshot.gpus.iter().zip(labels) {
-        enc.sample(l, &[], flag(gpu.state == GpuState::Ok));
-    }
-    enc.family(&f::GPU_LOST);
-    for (gpu, l) in snapshot.gpus.iter().zip(labels) {
-        enc.sample(l, &[], flag(matches!(gpu.state, GpuState::Lost { .. })));
-    }
-    enc.family(&f::GPU_STALE);
-    for (gpu, l) in snapshot.gpus.iter().zip(labels) {
-        enc.sample(l, &[], flag(matches!(gpu.state, GpuState::Stale { .. })));
-    }
-    enc.family(&f::GPU_LAST_SUCCESS);
-    for (gpu, l) in snapshot.gpus.iter().zip(labels) {
-        if let Some(t) = gpu.last_success {
-            enc.sample(l, &[], unix_seconds(t));
+    let gpus = || snapshot.gpus.iter().zip(labels);
+    enc.emit(&f::GPU_INFO, &mut |s| {
+        for (gpu, l) in gpus() {
+            let id = &gpu.identity;
+            let extra = [
+                ("pci_bus_id", id.pci_bus_id.as_str()),
+                ("architecture", id.architecture.as_str()),
+                ("compute_capability", id.compute_capability.as_str()),
+                ("driver_version", driver),
+                ("cuda_version", cuda),
+            ];
+            s.sample(l, &extra, 1.0);
         }
-    }
+    });
+    enc.emit(&f::GPU_UP, &mut |s| gpus().for_each(|(gpu, l)| s.sample(l, &[], flag(gpu.state == GpuState::Ok))));
+    enc.emit(&f::GPU_LOST, &mut |s| {
+        gpus().for_each(|(gpu, l)| s.sample(l, &[], flag(matches!(gpu.state, GpuState::Lost { .. }))));
+    });
+    enc.emit(&f::GPU_STALE, &mut |s| {
+        gpus().for_each(|(gpu, l)| s.sample(l, &[], flag(matches!(gpu.state, GpuState::Stale { .. }))));
+    });
+    enc.emit(&f::GPU_LAST_SUCCESS, &mut |s| {
+        for (gpu, l) in gpus() {
+            if let Some(t) = gpu.last_success {
+                s.sample(l, &[], unix_seconds(t));
+            }
+        }
+    });
 }
 
-/// The label lists of every GPU, in snapshot order, in the two forms a family can need.
+/// The label sets of every GPU, in snapshot order, in the two forms a family can need.
 #[derive(Clone, Copy)]
 struct GpuLabels<'a> {
     /// With the owner's `namespace`, `pod`, `container` where one container holds the GPU:
     /// for gauges.
-    held: &'a [String],
+    held: &'a [LabelSet],
     /// The device's labels alone: for counters, whose identity must not follow the holder.
-    device: &'a [String],
+    device: &'a [LabelSet],
 }
 
 impl<'a> GpuLabels<'a> {
-    /// The label lists `family` is rendered with.
-    fn of(self, family: &Family) -> &'a [String] {
+    /// The label sets `family` is rendered with.
+    fn of(self, family: &Family) -> &'a [LabelSet] {
         match family.kind {
             Kind::Counter => self.device,
             Kind::Gauge | Kind::Info => self.held,
@@ -193,148 +233,171 @@ const SINGLE_VALUE: &[(Family, Reading)] = &[
     (f::ECC_ENABLED, |r| r.ecc_enabled.map(flag)),
 ];
 
+/// The answering GPUs' readings with their label sets.
+fn answered<'a>(snapshot: &'a Snapshot, sets: &'a [LabelSet]) -> Vec<(&'a GpuReadings, &'a LabelSet)> {
+    snapshot.gpus.iter().zip(sets).filter_map(|(g, l)| g.readings.as_ref().map(|r| (r, l))).collect()
+}
+
 fn render_readings(
-    enc: &mut Encoder<'_>,
+    enc: &mut dyn Exposition,
     snapshot: &Snapshot,
     labels: GpuLabels<'_>,
-    instances: &[(String, &crate::snapshot::MigInstance)],
+    instances: &[(LabelSet, &crate::snapshot::MigInstance)],
 ) {
-    fn answered<'a>(snapshot: &'a Snapshot, lists: &'a [String]) -> Vec<(&'a GpuReadings, &'a String)> {
-        snapshot.gpus.iter().zip(lists).filter_map(|(g, l)| g.readings.as_ref().map(|r| (r, l))).collect()
-    }
     for (family, reading) in SINGLE_VALUE {
-        enc.family(family);
-        for (r, l) in answered(snapshot, labels.of(family)) {
-            if let Some(v) = reading(r) {
-                enc.sample(l, &[], v);
+        let gpus = answered(snapshot, labels.of(family));
+        enc.emit(family, &mut |s| {
+            for (r, l) in &gpus {
+                if let Some(v) = reading(r) {
+                    s.sample(l, &[], v);
+                }
+            }
+            // Only gauges have per-instance values (and instance label sets carry the owner).
+            for (l, instance) in instances {
+                if let Some(v) = mig::instance_value(family.name, instance) {
+                    s.sample(l, &[], v);
+                }
+            }
+        });
+    }
+    render_memory_health(enc, &answered(snapshot, labels.held), &answered(snapshot, labels.of(&f::ECC_ERRORS)));
+}
+
+/// ECC, retired pages, remapped rows, clock events and the recovery action. `current`
+/// carries the holder (gauges), `counters` the device's labels alone.
+fn render_memory_health(
+    enc: &mut dyn Exposition,
+    current: &[(&GpuReadings, &LabelSet)],
+    counters: &[(&GpuReadings, &LabelSet)],
+) {
+    enc.emit(&f::ECC_ERRORS, &mut |s| {
+        for (r, l) in counters {
+            if let Some(e) = r.ecc {
+                s.sample(l, &[("error_type", "corrected")], e.corrected_aggregate as f64);
+                s.sample(l, &[("error_type", "uncorrected")], e.uncorrected_aggregate as f64);
             }
         }
-        // Only gauges have per-instance values (and instance label lists carry the owner).
-        for (l, instance) in instances {
-            if let Some(v) = mig::instance_value(family.name, instance) {
-                enc.sample(l, &[], v);
+    });
+    enc.emit(&f::ECC_VOLATILE, &mut |s| {
+        for (r, l) in counters {
+            if let Some(e) = r.ecc {
+                s.sample(l, &[("error_type", "corrected")], e.corrected_volatile as f64);
+                s.sample(l, &[("error_type", "uncorrected")], e.uncorrected_volatile as f64);
             }
         }
-    }
-    let current = answered(snapshot, labels.held);
-    let counters = answered(snapshot, labels.of(&f::ECC_ERRORS));
-    enc.family(&f::ECC_ERRORS);
-    for (r, l) in &counters {
-        if let Some(e) = r.ecc {
-            enc.sample(l, &[("error_type", "corrected")], e.corrected_aggregate as f64);
-            enc.sample(l, &[("error_type", "uncorrected")], e.uncorrected_aggregate as f64);
+    });
+    enc.emit(&f::RETIRED_PAGES, &mut |s| {
+        for (r, l) in current {
+            if let Some(p) = r.retired_pages {
+                s.sample(l, &[("cause", "single_bit_ecc")], p.single_bit_ecc as f64);
+                s.sample(l, &[("cause", "double_bit_ecc")], p.double_bit_ecc as f64);
+            }
         }
-    }
-    enc.family(&f::ECC_VOLATILE);
-    for (r, l) in &counters {
-        if let Some(e) = r.ecc {
-            enc.sample(l, &[("error_type", "corrected")], e.corrected_volatile as f64);
-            enc.sample(l, &[("error_type", "uncorrected")], e.uncorrected_volatile as f64);
+    });
+    enc.emit(&f::RETIRED_PENDING, &mut |s| {
+        for (r, l) in current {
+            if let Some(p) = r.retired_pages {
+                s.sample(l, &[], flag(p.pending));
+            }
         }
-    }
-    enc.family(&f::RETIRED_PAGES);
-    for (r, l) in &current {
-        if let Some(p) = r.retired_pages {
-            enc.sample(l, &[("cause", "single_bit_ecc")], p.single_bit_ecc as f64);
-            enc.sample(l, &[("cause", "double_bit_ecc")], p.double_bit_ecc as f64);
+    });
+    enc.emit(&f::REMAPPED_ROWS, &mut |s| {
+        for (r, l) in current {
+            if let Some(rows) = r.remapped_rows {
+                s.sample(l, &[("error_type", "correctable")], rows.correctable as f64);
+                s.sample(l, &[("error_type", "uncorrectable")], rows.uncorrectable as f64);
+            }
         }
-    }
-    enc.family(&f::RETIRED_PENDING);
-    for (r, l) in &current {
-        if let Some(p) = r.retired_pages {
-            enc.sample(l, &[], flag(p.pending));
+    });
+    enc.emit(&f::REMAP_PENDING, &mut |s| {
+        for (r, l) in current {
+            if let Some(rows) = r.remapped_rows {
+                s.sample(l, &[], flag(rows.pending));
+            }
         }
-    }
-    enc.family(&f::REMAPPED_ROWS);
-    for (r, l) in &current {
-        if let Some(rows) = r.remapped_rows {
-            enc.sample(l, &[("error_type", "correctable")], rows.correctable as f64);
-            enc.sample(l, &[("error_type", "uncorrectable")], rows.uncorrectable as f64);
+    });
+    enc.emit(&f::REMAP_FAILED, &mut |s| {
+        for (r, l) in current {
+            if let Some(rows) = r.remapped_rows {
+                s.sample(l, &[], flag(rows.failed));
+            }
         }
-    }
-    enc.family(&f::REMAP_PENDING);
-    for (r, l) in &current {
-        if let Some(rows) = r.remapped_rows {
-            enc.sample(l, &[], flag(rows.pending));
-        }
-    }
-    enc.family(&f::REMAP_FAILED);
-    for (r, l) in &current {
-        if let Some(rows) = r.remapped_rows {
-            enc.sample(l, &[], flag(rows.failed));
-        }
-    }
-    enc.family(&f::CLOCK_EVENTS);
-    for (r, l) in &current {
-        if let Some(events) = r.clock_events {
+    });
+    enc.emit(&f::CLOCK_EVENTS, &mut |s| {
+        for (r, l) in current {
+            let Some(events) = r.clock_events else { continue };
             for (bit, reason) in CLOCK_EVENT_REASONS {
                 if events.supported & bit != 0 {
-                    enc.sample(l, &[("reason", reason)], flag(events.active & bit != 0));
+                    s.sample(l, &[("reason", reason)], flag(events.active & bit != 0));
                 }
             }
         }
-    }
-    enc.family(&f::RECOVERY_ACTION);
-    for (r, l) in &current {
-        if let Some(action) = r.recovery_action {
-            enc.sample(l, &[], f64::from(action.code()));
+    });
+    enc.emit(&f::RECOVERY_ACTION, &mut |s| {
+        for (r, l) in current {
+            if let Some(action) = r.recovery_action {
+                s.sample(l, &[], f64::from(action.code()));
+            }
         }
-    }
+    });
 }
 
 /// `labels` are the device's alone: an XID belongs to the GPU's history, so neither the
 /// counter nor its last-seen time moves to a new series when the holder changes.
-fn render_xids(enc: &mut Encoder<'_>, snapshot: &Snapshot, labels: &[String]) {
+fn render_xids(enc: &mut dyn Exposition, snapshot: &Snapshot, labels: &[LabelSet]) {
     // XIDs are events, not readings: they stay visible on stale and lost GPUs.
-    enc.family(&f::XID_ERRORS);
-    for (gpu, l) in snapshot.gpus.iter().zip(labels) {
-        for (code, record) in &gpu.xids {
-            enc.sample(l, &[("xid", &code.to_string())], record.count as f64);
+    enc.emit(&f::XID_ERRORS, &mut |s| {
+        for (gpu, l) in snapshot.gpus.iter().zip(labels) {
+            for (code, record) in &gpu.xids {
+                s.sample(l, &[("xid", &code.to_string())], record.count as f64);
+            }
         }
-    }
-    enc.family(&f::XID_LAST_SEEN);
-    for (gpu, l) in snapshot.gpus.iter().zip(labels) {
-        for (code, record) in &gpu.xids {
-            enc.sample(l, &[("xid", &code.to_string())], unix_seconds(record.last_seen));
+    });
+    enc.emit(&f::XID_LAST_SEEN, &mut |s| {
+        for (gpu, l) in snapshot.gpus.iter().zip(labels) {
+            for (code, record) in &gpu.xids {
+                s.sample(l, &[("xid", &code.to_string())], unix_seconds(record.last_seen));
+            }
         }
-    }
+    });
 }
 
-fn render_self(enc: &mut Encoder<'_>, snapshot: &Snapshot, ctx: &RenderContext, own: &str) {
-    enc.family(&f::BUILD_INFO);
-    enc.sample(own, &[("version", &ctx.version), ("revision", &ctx.revision)], 1.0);
-    enc.family(&f::NVML_UP);
-    enc.sample(own, &[], flag(matches!(snapshot.nvml, NvmlStatus::Up(_))));
-    enc.family(&f::NVML_ERROR);
-    if let NvmlStatus::Down { error, message } = &snapshot.nvml {
-        enc.sample(own, &[("error", error.as_str()), ("message", message)], 1.0);
-    }
+fn render_self(enc: &mut dyn Exposition, snapshot: &Snapshot, ctx: &RenderContext, own: &LabelSet) {
+    enc.emit(&f::BUILD_INFO, &mut |s| {
+        s.sample(own, &[("version", &ctx.version), ("revision", &ctx.revision)], 1.0);
+    });
+    enc.emit(&f::NVML_UP, &mut |s| s.sample(own, &[], flag(matches!(snapshot.nvml, NvmlStatus::Up(_)))));
+    enc.emit(&f::NVML_ERROR, &mut |s| {
+        if let NvmlStatus::Down { error, message } = &snapshot.nvml {
+            s.sample(own, &[("error", error.as_str()), ("message", message)], 1.0);
+        }
+    });
     let stats = &snapshot.stats;
-    enc.family(&f::NVML_INIT_ATTEMPTS);
-    enc.sample(own, &[], stats.init_attempts_total as f64);
-    enc.family(&f::GPUS);
-    enc.sample(own, &[], snapshot.gpus.len() as f64);
-    enc.family(&f::CYCLE_DURATION);
-    enc.sample(own, &[], stats.last_cycle_duration.as_secs_f64());
-    enc.family(&f::CYCLES);
-    enc.sample(own, &[], stats.cycles_total as f64);
-    enc.family(&f::LAST_CYCLE);
-    if let Some(t) = snapshot.taken_at {
-        enc.sample(own, &[], unix_seconds(t));
-    }
-    enc.family(&f::NVML_ERRORS);
-    for (key, count) in &stats.errors {
-        let gpu = key.gpu.map(|g| g.to_string()).unwrap_or_default();
-        enc.sample(own, &[("gpu", &gpu), ("call", key.call), ("error", &key.error)], *count as f64);
-    }
-    enc.family(&f::NVML_CALLS);
-    for (call, timing) in &stats.calls {
-        enc.sample(own, &[("call", call)], timing.count as f64);
-    }
-    enc.family(&f::NVML_CALL_SECONDS);
-    for (call, timing) in &stats.calls {
-        enc.sample(own, &[("call", call)], timing.total.as_secs_f64());
-    }
+    enc.emit(&f::NVML_INIT_ATTEMPTS, &mut |s| s.sample(own, &[], stats.init_attempts_total as f64));
+    enc.emit(&f::GPUS, &mut |s| s.sample(own, &[], snapshot.gpus.len() as f64));
+    enc.emit(&f::CYCLE_DURATION, &mut |s| s.sample(own, &[], stats.last_cycle_duration.as_secs_f64()));
+    enc.emit(&f::CYCLES, &mut |s| s.sample(own, &[], stats.cycles_total as f64));
+    enc.emit(&f::LAST_CYCLE, &mut |s| {
+        if let Some(t) = snapshot.taken_at {
+            s.sample(own, &[], unix_seconds(t));
+        }
+    });
+    enc.emit(&f::NVML_ERRORS, &mut |s| {
+        for (key, count) in &stats.errors {
+            let gpu = key.gpu.map(|g| g.to_string()).unwrap_or_default();
+            s.sample(own, &[("gpu", &gpu), ("call", key.call), ("error", &key.error)], *count as f64);
+        }
+    });
+    enc.emit(&f::NVML_CALLS, &mut |s| {
+        for (call, timing) in &stats.calls {
+            s.sample(own, &[("call", call)], timing.count as f64);
+        }
+    });
+    enc.emit(&f::NVML_CALL_SECONDS, &mut |s| {
+        for (call, timing) in &stats.calls {
+            s.sample(own, &[("call", call)], timing.total.as_secs_f64());
+        }
+    });
 }
 
 #[cfg(test)]
@@ -431,5 +494,56 @@ mod tests {
             text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap_or("")).collect();
         let order: Vec<&str> = families::ALL.iter().map(|f| f.name).filter(|n| seen.contains(n)).collect();
         assert_eq!(seen, order);
+    }
+
+    /// prometheus-client and our encoder write the same exposition for the same
+    /// families, in both formats, escapes and fractional values included.
+    #[test]
+    fn both_encodings_write_the_same_exposition() {
+        let mut ctx = ctx();
+        ctx.extra_labels.push(("team".into(), "a\"b\\c\nd".into()));
+        let mut odd = gpu(1, GpuState::Ok);
+        if let Some(r) = odd.readings.as_mut() {
+            r.power_watts = Some(312.457);
+            r.energy_joules = Some(1.5e9 + 0.25);
+        }
+        let snapshot = Snapshot {
+            nvml: NvmlStatus::Up(DriverInfo { driver_version: "550".into(), cuda_version: "12.4".into() }),
+            gpus: vec![gpu(0, GpuState::Ok), odd, gpu(2, GpuState::Lost { since: UNIX_EPOCH })],
+            ..Snapshot::default()
+        };
+        for format in [Format::PrometheusText, Format::OpenMetrics] {
+            let ours = render_encoded(&snapshot, &ctx, format, &[], Encoding::Ours);
+            let client = render_encoded(&snapshot, &ctx, format, &[], Encoding::PrometheusClient);
+            assert_same_exposition(&client, &ours);
+        }
+    }
+
+    /// Line by line: the same text, and the same value where the value is a number. Two
+    /// spellings of one `f64` are the same value (the crate's `dtoa` and Rust's `Display`
+    /// may pick different shortest digits, e.g. `…424` and `…425`).
+    pub(super) fn assert_same_exposition(client: &str, ours: &str) {
+        assert_eq!(client.lines().count(), ours.lines().count(), "{client}\n---\n{ours}");
+        for (c, o) in client.lines().zip(ours.lines()) {
+            if c == o {
+                continue;
+            }
+            let (c_series, c_value) = c.rsplit_once(' ').unwrap_or((c, ""));
+            let (o_series, o_value) = o.rsplit_once(' ').unwrap_or((o, ""));
+            assert_eq!(c_series, o_series);
+            let parsed = |v: &str| v.parse::<f64>().unwrap_or_else(|e| panic!("{v}: {e}"));
+            assert_eq!(parsed(c_value).to_bits(), parsed(o_value).to_bits(), "{c} vs {o}");
+        }
+    }
+
+    #[test]
+    fn different_spellings_of_one_value_are_the_same_exposition() {
+        assert_same_exposition("a 83.37522529702425\n", "a 83.37522529702424\n");
+    }
+
+    #[test]
+    #[should_panic]
+    fn different_values_are_not_the_same_exposition() {
+        assert_same_exposition("a 83.3752252970243\n", "a 83.37522529702424\n");
     }
 }

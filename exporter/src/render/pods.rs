@@ -13,14 +13,15 @@
 use std::collections::HashMap;
 
 use super::families as f;
+use super::labels::LabelSet;
+use super::sink::Exposition;
 use super::{flag, unix_seconds};
-use crate::exposition::{Encoder, push_label};
 use crate::snapshot::Snapshot;
 use crate::snapshot::attribution::{AttributionResult, ContainerRef, Unattributed};
 
-/// The GPU label lists, with `namespace`, `pod`, `container` added where one container
+/// The GPU label sets, with `namespace`, `pod`, `container` added where one container
 /// holds the whole GPU.
-pub(super) fn with_owner_labels(snapshot: &Snapshot, base: &[String]) -> Vec<String> {
+pub(super) fn with_owner_labels(snapshot: &Snapshot, base: &[LabelSet]) -> Vec<LabelSet> {
     snapshot
         .gpus
         .iter()
@@ -34,131 +35,128 @@ pub(super) fn with_owner_labels(snapshot: &Snapshot, base: &[String]) -> Vec<Str
 }
 
 /// Appends the owner labels of the device `uuid` (a GPU or MIG UUID) if one container
-/// holds it alone. MIG instance label lists call this with the MIG UUID.
-pub(super) fn push_owner_labels(labels: &mut String, snapshot: &Snapshot, uuid: &str) {
+/// holds it alone. MIG instance label sets call this with the MIG UUID.
+pub(super) fn push_owner_labels(labels: &mut LabelSet, snapshot: &Snapshot, uuid: &str) {
     if let Some(owner) = snapshot.attribution.as_ref().and_then(|a| a.owners.get(uuid)) {
         push_container(labels, owner);
     }
 }
 
-fn push_container(labels: &mut String, owner: &ContainerRef) {
-    for (name, value) in [("namespace", &owner.namespace), ("pod", &owner.pod), ("container", &owner.container)] {
-        if !labels.is_empty() {
-            labels.push(',');
-        }
-        push_label(labels, name, value);
-    }
+fn push_container(labels: &mut LabelSet, owner: &ContainerRef) {
+    labels.push("namespace", owner.namespace.as_str());
+    labels.push("pod", owner.pod.as_str());
+    labels.push("container", owner.container.as_str());
 }
 
 /// Renders the pod and attribution families. `gpu_labels` are without owner labels.
-pub(super) fn render_pods(enc: &mut Encoder<'_>, snapshot: &Snapshot, gpu_labels: &[String], own: &str) {
+pub(super) fn render_pods(enc: &mut dyn Exposition, snapshot: &Snapshot, gpu_labels: &[LabelSet], own: &LabelSet) {
     let Some(result) = &snapshot.attribution else { return };
-    let by_index: HashMap<u32, &String> = snapshot.gpus.iter().map(|g| g.index).zip(gpu_labels).collect();
+    let by_index: HashMap<u32, &LabelSet> = snapshot.gpus.iter().map(|g| g.index).zip(gpu_labels).collect();
     render_pod_info(enc, result, own);
     render_device_pod_info(enc, snapshot, result, gpu_labels);
-    let usage_labels: Vec<Option<String>> = result
+    let usage_labels: Vec<Option<LabelSet>> = result
         .usage
         .iter()
         .map(|u| {
             let mut labels = (*by_index.get(&u.gpu)?).clone();
             if let Some(mig) = &u.mig {
-                for (name, value) in [
-                    ("mig_profile", mig.profile.clone()),
-                    ("gpu_instance_id", mig.gpu_instance_id.to_string()),
-                    ("compute_instance_id", mig.compute_instance_id.to_string()),
-                    ("mig_uuid", mig.uuid.clone()),
-                ] {
-                    labels.push(',');
-                    push_label(&mut labels, name, &value);
-                }
+                labels.push("mig_profile", mig.profile.as_str());
+                labels.push("gpu_instance_id", mig.gpu_instance_id.to_string());
+                labels.push("compute_instance_id", mig.compute_instance_id.to_string());
+                labels.push("mig_uuid", mig.uuid.as_str());
             }
             push_container(&mut labels, &u.owner);
             Some(labels)
         })
         .collect();
-    enc.family(&f::POD_UTILIZATION);
-    for (u, labels) in result.usage.iter().zip(&usage_labels) {
-        if let (Some(v), Some(l)) = (u.utilization_percent, labels) {
-            enc.sample(l, &[], v);
+    enc.emit(&f::POD_UTILIZATION, &mut |s| {
+        for (u, labels) in result.usage.iter().zip(&usage_labels) {
+            if let (Some(v), Some(l)) = (u.utilization_percent, labels) {
+                s.sample(l, &[], v);
+            }
         }
-    }
-    enc.family(&f::POD_MEMORY_USED);
-    for (u, labels) in result.usage.iter().zip(&usage_labels) {
-        if let (Some(v), Some(l)) = (u.memory_used_bytes, labels) {
-            enc.sample(l, &[], v);
+    });
+    enc.emit(&f::POD_MEMORY_USED, &mut |s| {
+        for (u, labels) in result.usage.iter().zip(&usage_labels) {
+            if let (Some(v), Some(l)) = (u.memory_used_bytes, labels) {
+                s.sample(l, &[], v);
+            }
         }
-    }
-    enc.family(&f::POD_MEMORY_SCALED);
-    for (gpu, labels) in snapshot.gpus.iter().zip(gpu_labels) {
-        if gpu.readings.is_some() {
-            enc.sample(labels, &[], flag(result.memory_scaled_gpus.contains(&gpu.index)));
+    });
+    enc.emit(&f::POD_MEMORY_SCALED, &mut |s| {
+        for (gpu, labels) in snapshot.gpus.iter().zip(gpu_labels) {
+            if gpu.readings.is_some() {
+                s.sample(labels, &[], flag(result.memory_scaled_gpus.contains(&gpu.index)));
+            }
         }
-    }
+    });
     render_sources(enc, result, own);
 }
 
-fn render_pod_info(enc: &mut Encoder<'_>, result: &AttributionResult, own: &str) {
-    enc.family(&f::POD_INFO);
-    for pod in &result.pods {
-        let mut extra: Vec<(&str, &str)> = vec![("namespace", &pod.namespace), ("pod", &pod.pod), ("uid", &pod.uid)];
-        extra.extend(pod.labels.iter().map(|(n, v)| (n.as_str(), v.as_str())));
-        enc.sample(own, &extra, 1.0);
-    }
+fn render_pod_info(enc: &mut dyn Exposition, result: &AttributionResult, own: &LabelSet) {
+    enc.emit(&f::POD_INFO, &mut |s| {
+        for pod in &result.pods {
+            let mut extra: Vec<(&str, &str)> =
+                vec![("namespace", &pod.namespace), ("pod", &pod.pod), ("uid", &pod.uid)];
+            extra.extend(pod.labels.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+            s.sample(own, &extra, 1.0);
+        }
+    });
 }
 
 /// One series per held device, GPUs in snapshot order, each followed by its MIG instances.
 /// Stale and lost GPUs keep theirs: holding a device does not depend on it answering, and
 /// an XID on a lost GPU is exactly when the holder matters.
 fn render_device_pod_info(
-    enc: &mut Encoder<'_>,
+    enc: &mut dyn Exposition,
     snapshot: &Snapshot,
     result: &AttributionResult,
-    gpu_labels: &[String],
+    gpu_labels: &[LabelSet],
 ) {
-    enc.family(&f::DEVICE_POD_INFO);
-    for (gpu, labels) in snapshot.gpus.iter().zip(gpu_labels) {
-        if let Some(owner) = result.owners.get(&gpu.identity.uuid) {
-            let mut l = labels.clone();
-            push_container(&mut l, owner);
-            enc.sample(&l, &[], 1.0);
-        }
-        for instance in gpu.mig.iter().flat_map(|m| &m.instances) {
-            if let Some(owner) = result.owners.get(&instance.uuid) {
+    enc.emit(&f::DEVICE_POD_INFO, &mut |s| {
+        for (gpu, labels) in snapshot.gpus.iter().zip(gpu_labels) {
+            if let Some(owner) = result.owners.get(&gpu.identity.uuid) {
                 let mut l = labels.clone();
-                super::mig::push_mig_labels(&mut l, instance);
                 push_container(&mut l, owner);
-                enc.sample(&l, &[], 1.0);
+                s.sample(&l, &[], 1.0);
+            }
+            for instance in gpu.mig.iter().flat_map(|m| &m.instances) {
+                if let Some(owner) = result.owners.get(&instance.uuid) {
+                    let mut l = labels.clone();
+                    super::mig::push_mig_labels(&mut l, instance);
+                    push_container(&mut l, owner);
+                    s.sample(&l, &[], 1.0);
+                }
             }
         }
-    }
+    });
 }
 
-fn render_sources(enc: &mut Encoder<'_>, result: &AttributionResult, own: &str) {
+fn render_sources(enc: &mut dyn Exposition, result: &AttributionResult, own: &LabelSet) {
     if let Some(kubelet) = &result.pod_resources {
-        enc.family(&f::POD_RESOURCES_UP);
-        enc.sample(own, &[], flag(kubelet.up));
-        enc.family(&f::POD_RESOURCES_LAST_SUCCESS);
-        if let Some(t) = kubelet.last_success {
-            enc.sample(own, &[], unix_seconds(t));
-        }
-        enc.family(&f::POD_RESOURCES_ERRORS);
-        for (reason, count) in &kubelet.errors {
-            enc.sample(own, &[("reason", reason)], *count as f64);
-        }
-        enc.family(&f::POD_RESOURCES_UNKNOWN_DEVICES);
-        enc.sample(own, &[], result.unknown_devices as f64);
+        enc.emit(&f::POD_RESOURCES_UP, &mut |s| s.sample(own, &[], flag(kubelet.up)));
+        enc.emit(&f::POD_RESOURCES_LAST_SUCCESS, &mut |s| {
+            if let Some(t) = kubelet.last_success {
+                s.sample(own, &[], unix_seconds(t));
+            }
+        });
+        enc.emit(&f::POD_RESOURCES_ERRORS, &mut |s| {
+            for (reason, count) in &kubelet.errors {
+                s.sample(own, &[("reason", reason)], *count as f64);
+            }
+        });
+        enc.emit(&f::POD_RESOURCES_UNKNOWN_DEVICES, &mut |s| s.sample(own, &[], result.unknown_devices as f64));
     }
     if let Some(watch) = &result.pod_watch {
-        enc.family(&f::POD_WATCH_UP);
-        enc.sample(own, &[], flag(watch.up));
-        enc.family(&f::POD_WATCH_PODS);
-        enc.sample(own, &[], watch.pods as f64);
+        enc.emit(&f::POD_WATCH_UP, &mut |s| s.sample(own, &[], flag(watch.up)));
+        enc.emit(&f::POD_WATCH_PODS, &mut |s| s.sample(own, &[], watch.pods as f64));
     }
-    enc.family(&f::UNATTRIBUTED_PROCESSES);
-    for reason in Unattributed::ALL {
-        let count = result.unattributed.get(&reason).copied().unwrap_or(0);
-        enc.sample(own, &[("reason", reason.as_str())], count as f64);
-    }
+    enc.emit(&f::UNATTRIBUTED_PROCESSES, &mut |s| {
+        for reason in Unattributed::ALL {
+            let count = result.unattributed.get(&reason).copied().unwrap_or(0);
+            s.sample(own, &[("reason", reason.as_str())], count as f64);
+        }
+    });
 }
 
 #[cfg(test)]
@@ -287,12 +285,12 @@ mod tests {
         if let Some(a) = snapshot.attribution.as_mut() {
             a.owners.insert("MIG-1".into(), owner("emb"));
         }
-        let mut labels = "node=\"n1\"".to_string();
+        let mut labels = LabelSet::of(&[("node", "n1")]);
         push_owner_labels(&mut labels, &snapshot, "MIG-1");
-        assert_eq!(labels, "node=\"n1\",namespace=\"ai\",pod=\"emb\",container=\"main\"");
-        let mut untouched = "node=\"n1\"".to_string();
+        assert_eq!(labels.escaped(), "node=\"n1\",namespace=\"ai\",pod=\"emb\",container=\"main\"");
+        let mut untouched = LabelSet::of(&[("node", "n1")]);
         push_owner_labels(&mut untouched, &snapshot, "MIG-unowned");
-        assert_eq!(untouched, "node=\"n1\"");
+        assert_eq!(untouched.escaped(), "node=\"n1\"");
     }
 
     /// GPU 0 held by `train` with every counter and an XID; GPU 1 in MIG mode with its
@@ -377,6 +375,18 @@ mod tests {
 
     fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
         text.lines().filter(|l| !l.starts_with('#') && l.split(['{', ' ']).next() == Some(name)).collect()
+    }
+
+    /// The attribution and MIG families come out the same from both encoders.
+    #[test]
+    fn both_encodings_write_the_same_pod_families() {
+        use super::super::{Encoding, render_encoded};
+        for format in [Format::PrometheusText, Format::OpenMetrics] {
+            let ours = render_encoded(&held_with_counters(), &ctx(), format, &[], Encoding::Ours);
+            let client = render_encoded(&held_with_counters(), &ctx(), format, &[], Encoding::PrometheusClient);
+            assert!(ours.contains("gpu_device_pod_info{") && ours.contains("mig_uuid=\"MIG-1\""), "{ours}");
+            super::super::tests::assert_same_exposition(&client, &ours);
+        }
     }
 
     #[test]
