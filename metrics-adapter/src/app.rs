@@ -133,6 +133,158 @@ pub async fn fetch_auth_configmap(
     AuthnConfig::from_configmap(&data).map_err(|e| e.to_string())
 }
 
+/// Where the direct source finds exporters: the `--exporter-url` list, else the
+/// exporter Service's EndpointSlices.
+fn exporter_targets(args: &Args, client: Option<&kube::Client>) -> Result<Targets> {
+    if !args.exporter_urls.is_empty() {
+        for u in &args.exporter_urls {
+            let uri: http::Uri = u.parse().map_err(|e| Error::Config(format!("--exporter-url {u:?}: {e}")))?;
+            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+                return Err(Error::Config(format!("--exporter-url {u:?}: needs http:// or https:// and a host")));
+            }
+        }
+        return Ok(Targets::Static(args.exporter_urls.iter().map(|u| Target { url: u.clone(), node: None }).collect()));
+    }
+    let Some(client) = client else {
+        return Err(Error::Config("--standalone has no EndpointSlice discovery: give --exporter-url".into()));
+    };
+    Ok(Targets::EndpointSlices {
+        client: client.clone(),
+        namespace: args.exporter_namespace.clone(),
+        service: args.exporter_service.clone(),
+        port_name: args.exporter_port_name.clone(),
+        scheme: args.exporter_scheme.clone(),
+        path: args.exporter_path.clone(),
+    })
+}
+
+/// The direct source (scrapes the exporters), with its scrape task and readiness check.
+fn direct_source(
+    args: &Args,
+    client: Option<&kube::Client>,
+    tasks: &mut Vec<TaskFactory>,
+    ready_checks: &mut Vec<ReadyCheck>,
+) -> Result<Option<Arc<DirectSource>>> {
+    if !args.direct_source {
+        return Ok(None);
+    }
+    let targets = exporter_targets(args, client)?;
+    let http = HttpClient::new(args.exporter_ca_file.as_deref(), 0)
+        .map_err(|e| Error::Config(format!("--exporter-ca-file: {e}")))?;
+    let cfg = direct::Config {
+        interval: args.scrape_interval,
+        timeout: args.scrape_timeout,
+        max_age: args.max_age,
+        limits: Limits { max_bytes: args.scrape_max_bytes, ..Limits::default() },
+        concurrency: args.scrape_concurrency,
+        bearer_token: read_token(args.exporter_bearer_token_file.as_deref(), "--exporter-bearer-token-file")?,
+    };
+    let d = Arc::new(DirectSource::new(cfg, http, targets));
+    let run = d.clone();
+    tasks.push(Box::new(move |s| Box::pin(run.run(s))));
+    let check = d.clone();
+    ready_checks.push(("direct-source".into(), Arc::new(move || check.is_ready())));
+    Ok(Some(d))
+}
+
+/// The Prometheus source, when both `--prometheus-url` and the rules file are given. A
+/// rule may not shadow a metric the direct source serves.
+fn prometheus_source(args: &Args, direct_enabled: bool) -> Result<Option<Arc<PrometheusSource>>> {
+    let (Some(url), Some(rules_file)) = (&args.prometheus_url, &args.prometheus_rules_file) else {
+        return Ok(None);
+    };
+    let rules = rules::load(rules_file)?;
+    if direct_enabled && let Some(r) = rules.iter().find(|r| DirectSource::metric_names().any(|n| n == r.name)) {
+        return Err(Error::Config(format!(
+            "metric {} is served by both the direct source and rule {} in {}; rename the rule or pass --direct-source=false",
+            r.name,
+            r.name,
+            rules_file.display()
+        )));
+    }
+    let _: http::Uri = url.parse().map_err(|e| Error::Config(format!("--prometheus-url {url:?}: {e}")))?;
+    let http = HttpClient::new(args.prometheus_ca_file.as_deref(), 8)
+        .map_err(|e| Error::Config(format!("--prometheus-ca-file: {e}")))?;
+    let cfg = prometheus::Config {
+        url: url.clone(),
+        timeout: args.prometheus_timeout,
+        max_body: args.prometheus_max_bytes,
+        bearer_token: read_token(args.prometheus_bearer_token_file.as_deref(), "--prometheus-bearer-token-file")?,
+    };
+    Ok(Some(Arc::new(PrometheusSource::new(cfg, http, rules))))
+}
+
+/// The object-label store (for label selectors), with its watch task and sync check.
+fn object_labels(
+    client: &kube::Client,
+    tasks: &mut Vec<TaskFactory>,
+    ready_checks: &mut Vec<ReadyCheck>,
+) -> Arc<LabelStore> {
+    let store = Arc::new(LabelStore::new());
+    let (run, c) = (store.clone(), client.clone());
+    tasks.push(Box::new(move |s| Box::pin(run.run(c, s))));
+    let check = store.clone();
+    ready_checks.push(("object-labels".into(), Arc::new(move || check.is_synced())));
+    store
+}
+
+/// Authentication (client CA and request-header CA from files and from
+/// kube-system/extension-apiserver-authentication, TokenReview) and authorization
+/// (SubjectAccessReview), with the task that keeps the authentication config current.
+async fn authentication(
+    args: &Args,
+    client: Option<&kube::Client>,
+    tasks: &mut Vec<TaskFactory>,
+    ready_checks: &mut Vec<ReadyCheck>,
+) -> Result<(Arc<Authenticator>, Arc<Authorizer>)> {
+    let files = FileSettings {
+        client_ca_file: args.client_ca_file.clone(),
+        requestheader_client_ca_file: args.requestheader_client_ca_file.clone(),
+        requestheader_allowed_names: args.requestheader_allowed_names.clone(),
+        requestheader_username_headers: args.requestheader_username_headers.clone(),
+        requestheader_uid_headers: args.requestheader_uid_headers.clone(),
+        requestheader_group_headers: args.requestheader_group_headers.clone(),
+        requestheader_extra_headers_prefix: args.requestheader_extra_headers_prefix.clone(),
+    };
+    let from_files = files.load()?;
+    let lookup = client.cloned().filter(|_| !args.authentication_skip_lookup);
+    let loaded = Arc::new(AtomicBool::new(lookup.is_none()));
+    let mut from_cm = AuthnConfig::default();
+    if let Some(c) = &lookup {
+        match fetch_auth_configmap(c, args.kube_api_timeout).await {
+            Ok(cfg) => {
+                from_cm = cfg;
+                loaded.store(true, Ordering::Release);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading kube-system/extension-apiserver-authentication failed; retrying")
+            }
+        }
+    }
+    let initial = from_files.clone().or(from_cm.clone());
+    if initial.client_ca.is_none() && initial.request_header.is_none() && lookup.is_none() && client.is_none() {
+        tracing::warn!(
+            "no client CA and no request-header CA: only bearer tokens could authenticate, and standalone mode has none"
+        );
+    }
+    let tokens =
+        client.map(|c| TokenReviewer::new(c.clone(), args.authentication_token_cache_ttl, args.kube_api_timeout));
+    let authn = Arc::new(Authenticator::new(initial, tokens));
+    let authz = Arc::new(Authorizer::new(
+        client.cloned(),
+        args.authorization_cache_allow_ttl,
+        args.authorization_cache_deny_ttl,
+        args.kube_api_timeout,
+    ));
+    let (refreshed, loaded_flag, timeout, refresh) =
+        (authn.clone(), loaded.clone(), args.kube_api_timeout, args.authentication_config_refresh);
+    tasks.push(Box::new(move |s| {
+        Box::pin(refresh_auth(refreshed, files, lookup, from_cm, loaded_flag, timeout, refresh, s))
+    }));
+    ready_checks.push(("authentication-config".into(), Arc::new(move || loaded.load(Ordering::Acquire))));
+    Ok((authn, authz))
+}
+
 impl App {
     /// Validates the configuration, connects what must be connected and binds the port.
     pub async fn build(args: &Args) -> Result<Self> {
@@ -141,141 +293,13 @@ impl App {
         let mut tasks: Vec<TaskFactory> = Vec::new();
         let mut ready_checks: Vec<ReadyCheck> = Vec::new();
 
-        // Sources.
-        let direct = if args.direct_source {
-            let targets = if !args.exporter_urls.is_empty() {
-                for u in &args.exporter_urls {
-                    let uri: http::Uri = u.parse().map_err(|e| Error::Config(format!("--exporter-url {u:?}: {e}")))?;
-                    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-                        return Err(Error::Config(format!(
-                            "--exporter-url {u:?}: needs http:// or https:// and a host"
-                        )));
-                    }
-                }
-                Targets::Static(args.exporter_urls.iter().map(|u| Target { url: u.clone(), node: None }).collect())
-            } else if let Some(client) = &client {
-                Targets::EndpointSlices {
-                    client: client.clone(),
-                    namespace: args.exporter_namespace.clone(),
-                    service: args.exporter_service.clone(),
-                    port_name: args.exporter_port_name.clone(),
-                    scheme: args.exporter_scheme.clone(),
-                    path: args.exporter_path.clone(),
-                }
-            } else {
-                return Err(Error::Config("--standalone has no EndpointSlice discovery: give --exporter-url".into()));
-            };
-            let http = HttpClient::new(args.exporter_ca_file.as_deref(), 0)
-                .map_err(|e| Error::Config(format!("--exporter-ca-file: {e}")))?;
-            let cfg = direct::Config {
-                interval: args.scrape_interval,
-                timeout: args.scrape_timeout,
-                max_age: args.max_age,
-                limits: Limits { max_bytes: args.scrape_max_bytes, ..Limits::default() },
-                concurrency: args.scrape_concurrency,
-                bearer_token: read_token(args.exporter_bearer_token_file.as_deref(), "--exporter-bearer-token-file")?,
-            };
-            let d = Arc::new(DirectSource::new(cfg, http, targets));
-            let run = d.clone();
-            tasks.push(Box::new(move |s| Box::pin(run.run(s))));
-            let check = d.clone();
-            ready_checks.push(("direct-source".into(), Arc::new(move || check.is_ready())));
-            Some(d)
-        } else {
-            None
-        };
-        let prometheus = match (&args.prometheus_url, &args.prometheus_rules_file) {
-            (Some(url), Some(rules_file)) => {
-                let rules = rules::load(rules_file)?;
-                if direct.is_some()
-                    && let Some(r) = rules.iter().find(|r| DirectSource::metric_names().any(|n| n == r.name))
-                {
-                    return Err(Error::Config(format!(
-                        "metric {} is served by both the direct source and rule {} in {}; rename the rule or pass --direct-source=false",
-                        r.name,
-                        r.name,
-                        rules_file.display()
-                    )));
-                }
-                let _: http::Uri = url.parse().map_err(|e| Error::Config(format!("--prometheus-url {url:?}: {e}")))?;
-                let http = HttpClient::new(args.prometheus_ca_file.as_deref(), 8)
-                    .map_err(|e| Error::Config(format!("--prometheus-ca-file: {e}")))?;
-                let cfg = prometheus::Config {
-                    url: url.clone(),
-                    timeout: args.prometheus_timeout,
-                    max_body: args.prometheus_max_bytes,
-                    bearer_token: read_token(
-                        args.prometheus_bearer_token_file.as_deref(),
-                        "--prometheus-bearer-token-file",
-                    )?,
-                };
-                Some(Arc::new(PrometheusSource::new(cfg, http, rules)))
-            }
-            _ => None,
-        };
+        let direct = direct_source(args, client.as_ref(), &mut tasks, &mut ready_checks)?;
+        let prometheus = prometheus_source(args, direct.is_some())?;
         if direct.is_none() && prometheus.is_none() {
             return Err(Error::Config("no source: enable --direct-source or give --prometheus-url".into()));
         }
-
-        // Object labels.
-        let labels = client.as_ref().map(|c| {
-            let store = Arc::new(LabelStore::new());
-            let (run, c) = (store.clone(), c.clone());
-            tasks.push(Box::new(move |s| Box::pin(run.run(c, s))));
-            let check = store.clone();
-            ready_checks.push(("object-labels".into(), Arc::new(move || check.is_synced())));
-            store
-        });
-
-        // Authentication and authorization.
-        let files = FileSettings {
-            client_ca_file: args.client_ca_file.clone(),
-            requestheader_client_ca_file: args.requestheader_client_ca_file.clone(),
-            requestheader_allowed_names: args.requestheader_allowed_names.clone(),
-            requestheader_username_headers: args.requestheader_username_headers.clone(),
-            requestheader_uid_headers: args.requestheader_uid_headers.clone(),
-            requestheader_group_headers: args.requestheader_group_headers.clone(),
-            requestheader_extra_headers_prefix: args.requestheader_extra_headers_prefix.clone(),
-        };
-        let from_files = files.load()?;
-        let lookup = client.clone().filter(|_| !args.authentication_skip_lookup);
-        let loaded = Arc::new(AtomicBool::new(lookup.is_none()));
-        let mut from_cm = AuthnConfig::default();
-        if let Some(c) = &lookup {
-            match fetch_auth_configmap(c, args.kube_api_timeout).await {
-                Ok(cfg) => {
-                    from_cm = cfg;
-                    loaded.store(true, Ordering::Release);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading kube-system/extension-apiserver-authentication failed; retrying")
-                }
-            }
-        }
-        let initial = from_files.clone().or(from_cm.clone());
-        if initial.client_ca.is_none() && initial.request_header.is_none() && lookup.is_none() && client.is_none() {
-            tracing::warn!(
-                "no client CA and no request-header CA: only bearer tokens could authenticate, and standalone mode has none"
-            );
-        }
-        let tokens = client
-            .as_ref()
-            .map(|c| TokenReviewer::new(c.clone(), args.authentication_token_cache_ttl, args.kube_api_timeout));
-        let authn = Arc::new(Authenticator::new(initial, tokens));
-        let authz = Arc::new(Authorizer::new(
-            client.clone(),
-            args.authorization_cache_allow_ttl,
-            args.authorization_cache_deny_ttl,
-            args.kube_api_timeout,
-        ));
-        {
-            let (authn, loaded_flag, timeout, refresh) =
-                (authn.clone(), loaded.clone(), args.kube_api_timeout, args.authentication_config_refresh);
-            tasks.push(Box::new(move |s| {
-                Box::pin(refresh_auth(authn, files, lookup, from_cm, loaded_flag, timeout, refresh, s))
-            }));
-        }
-        ready_checks.push(("authentication-config".into(), Arc::new(move || loaded.load(Ordering::Acquire))));
+        let labels = client.as_ref().map(|c| object_labels(c, &mut tasks, &mut ready_checks));
+        let (authn, authz) = authentication(args, client.as_ref(), &mut tasks, &mut ready_checks).await?;
 
         let serving = serving_certificate(args, client.as_ref(), &mut tasks, &mut ready_checks).await?;
         let tls = server::tls(serving)?;

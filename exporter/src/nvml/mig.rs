@@ -94,76 +94,15 @@ impl MigReader {
         device: &Device<'_>,
         mut gpm: Option<&mut GpmTracker>,
     ) -> Result<MigState, Lost> {
-        let mut profiles = match &self.profiles {
-            Some(table) => table.clone(),
-            None => {
-                let (table, complete) = read_profiles(nvml, calls, device)?;
-                if complete {
-                    self.profiles = Some(table.clone());
-                }
-                table
-            }
-        };
+        let mut profiles = self.profile_table(nvml, calls, device)?;
         let max = calls
             .get(CallKey::on("nvmlDeviceGetMaxMigDeviceCount", device), || device.mig_device_count())?
             .unwrap_or(0);
         let mut instances = Vec::new();
         for index in 0..max {
-            let Some(mig) =
-                calls.get_optional("nvmlDeviceGetMigDeviceHandleByIndex", || device.mig_device_by_index(index))?
-            else {
-                continue;
-            };
-            let Some(uuid) = calls.get(CallKey::on("nvmlDeviceGetUUID", &mig), || mig.uuid())? else { continue };
-            let identity = match self.identities.get(&uuid) {
-                Some(identity) => identity.clone(),
-                None => {
-                    let known = profiles.len();
-                    let Some((identity, settled)) = read_identity(nvml, calls, device, &mig, &mut profiles)? else {
-                        continue;
-                    };
-                    if settled {
-                        self.identities.insert(uuid.clone(), identity.clone());
-                    }
-                    // A profile found by id joins the kept table.
-                    if profiles.len() != known
-                        && let Some(table) = &mut self.profiles
-                    {
-                        table.clone_from(&profiles);
-                    }
-                    identity
-                }
-            };
-            let key = CallKey::on("nvmlDeviceGetMemoryInfo_v2", &mig);
-            let memory = calls.get(key, || mig.memory_info())?.map(|m| MemoryReading {
-                total_bytes: m.total,
-                used_bytes: m.used,
-                reserved_bytes: m.reserved,
-            });
-            let processes = processes::list(calls, &mig)?
-                .into_iter()
-                .map(|(info, used)| ProcessUsage {
-                    pid: info.pid,
-                    used_memory_bytes: used,
-                    sm_utilization_percent: None,
-                })
-                .collect();
-            let activity = match gpm.as_deref_mut() {
-                Some(tracker) => tracker.sample(nvml, calls, device, Scope::Instance(identity.gpu_instance_id))?,
-                None => Default::default(),
-            };
-            instances.push(MigInstance {
-                uuid,
-                profile: identity.profile,
-                gpu_instance_id: identity.gpu_instance_id,
-                compute_instance_id: identity.compute_instance_id,
-                compute_slices: identity.compute_slices,
-                memory,
-                sm_activity_percent: activity.sm,
-                tensor_activity_percent: activity.tensor,
-                dram_activity_percent: activity.dram,
-                processes,
-            });
+            if let Some(instance) = self.read_instance(nvml, calls, device, index, &mut profiles, gpm.as_deref_mut())? {
+                instances.push(instance);
+            }
         }
         if let Some(tracker) = gpm {
             let live: Vec<u32> = instances.iter().map(|i| i.gpu_instance_id).collect();
@@ -175,27 +114,128 @@ impl MigReader {
         self.identities.retain(|uuid, _| instances.iter().any(|i| &i.uuid == uuid));
         let total = profiles.values().map(|p| p.compute_slices).max().unwrap_or(0);
         let used: u32 = instances.iter().map(|i| i.compute_slices).sum();
-        let mut available = BTreeMap::new();
-        for (id, profile) in &profiles {
-            // Takes the profile id (as go-nvml passes `info.Id`), not the profile index.
-            let count = calls.get_optional("nvmlDeviceGetGpuInstanceRemainingCapacity", || {
-                let f = symbol(&nvml.lib().nvmlDeviceGetGpuInstanceRemainingCapacity)?;
-                let mut count = 0u32;
-                // SAFETY: `f` is the library's own symbol; the handle comes from this
-                // `nvml` and outlives the call; `count` is a valid out-pointer.
-                raw(unsafe { f(device.handle(), *id, &mut count) }).map(|()| count)
-            })?;
-            if let Some(count) = count {
-                available.insert(profile.name.clone(), count);
-            }
-        }
         Ok(MigState {
             instances,
             free_compute_slices: total.saturating_sub(used),
             total_compute_slices: total,
-            available_by_profile: available,
+            available_by_profile: available_by_profile(nvml, calls, device, &profiles)?,
         })
     }
+
+    /// The kept profile table, or a fresh read (kept once complete).
+    fn profile_table(
+        &mut self,
+        nvml: &Nvml,
+        calls: &mut Calls<'_>,
+        device: &Device<'_>,
+    ) -> Result<BTreeMap<u32, Profile>, Lost> {
+        if let Some(table) = &self.profiles {
+            return Ok(table.clone());
+        }
+        let (table, complete) = read_profiles(nvml, calls, device)?;
+        if complete {
+            self.profiles = Some(table.clone());
+        }
+        Ok(table)
+    }
+
+    /// One MIG device by index: `None` when the slot is empty or its identity is unknown.
+    fn read_instance(
+        &mut self,
+        nvml: &Nvml,
+        calls: &mut Calls<'_>,
+        device: &Device<'_>,
+        index: u32,
+        profiles: &mut BTreeMap<u32, Profile>,
+        gpm: Option<&mut GpmTracker>,
+    ) -> Result<Option<MigInstance>, Lost> {
+        let Some(mig) =
+            calls.get_optional("nvmlDeviceGetMigDeviceHandleByIndex", || device.mig_device_by_index(index))?
+        else {
+            return Ok(None);
+        };
+        let Some(uuid) = calls.get(CallKey::on("nvmlDeviceGetUUID", &mig), || mig.uuid())? else { return Ok(None) };
+        let Some(identity) = self.identity(nvml, calls, device, &mig, &uuid, profiles)? else { return Ok(None) };
+        let key = CallKey::on("nvmlDeviceGetMemoryInfo_v2", &mig);
+        let memory = calls.get(key, || mig.memory_info())?.map(|m| MemoryReading {
+            total_bytes: m.total,
+            used_bytes: m.used,
+            reserved_bytes: m.reserved,
+        });
+        let processes = processes::list(calls, &mig)?
+            .into_iter()
+            .map(|(info, used)| ProcessUsage { pid: info.pid, used_memory_bytes: used, sm_utilization_percent: None })
+            .collect();
+        let activity = match gpm {
+            Some(tracker) => tracker.sample(nvml, calls, device, Scope::Instance(identity.gpu_instance_id))?,
+            None => Default::default(),
+        };
+        Ok(Some(MigInstance {
+            uuid,
+            profile: identity.profile,
+            gpu_instance_id: identity.gpu_instance_id,
+            compute_instance_id: identity.compute_instance_id,
+            compute_slices: identity.compute_slices,
+            memory,
+            sm_activity_percent: activity.sm,
+            tensor_activity_percent: activity.tensor,
+            dram_activity_percent: activity.dram,
+            processes,
+        }))
+    }
+
+    /// A MIG device's identity, kept by UUID once every part of it settled.
+    fn identity(
+        &mut self,
+        nvml: &Nvml,
+        calls: &mut Calls<'_>,
+        device: &Device<'_>,
+        mig: &Device<'_>,
+        uuid: &str,
+        profiles: &mut BTreeMap<u32, Profile>,
+    ) -> Result<Option<Identity>, Lost> {
+        if let Some(identity) = self.identities.get(uuid) {
+            return Ok(Some(identity.clone()));
+        }
+        let known = profiles.len();
+        let Some((identity, settled)) = read_identity(nvml, calls, device, mig, profiles)? else {
+            return Ok(None);
+        };
+        if settled {
+            self.identities.insert(uuid.to_string(), identity.clone());
+        }
+        // A profile found by id joins the kept table.
+        if profiles.len() != known
+            && let Some(table) = &mut self.profiles
+        {
+            table.clone_from(profiles);
+        }
+        Ok(Some(identity))
+    }
+}
+
+/// Instances that could still be created, by profile name.
+fn available_by_profile(
+    nvml: &Nvml,
+    calls: &mut Calls<'_>,
+    device: &Device<'_>,
+    profiles: &BTreeMap<u32, Profile>,
+) -> Result<BTreeMap<String, u32>, Lost> {
+    let mut available = BTreeMap::new();
+    for (id, profile) in profiles {
+        // Takes the profile id (as go-nvml passes `info.Id`), not the profile index.
+        let count = calls.get_optional("nvmlDeviceGetGpuInstanceRemainingCapacity", || {
+            let f = symbol(&nvml.lib().nvmlDeviceGetGpuInstanceRemainingCapacity)?;
+            let mut count = 0u32;
+            // SAFETY: `f` is the library's own symbol; the handle comes from this
+            // `nvml` and outlives the call; `count` is a valid out-pointer.
+            raw(unsafe { f(device.handle(), *id, &mut count) }).map(|()| count)
+        })?;
+        if let Some(count) = count {
+            available.insert(profile.name.clone(), count);
+        }
+    }
+    Ok(available)
 }
 
 /// The profile table by profile id, and whether every index answered (or said
@@ -268,19 +308,7 @@ fn read_identity(
         read_id(symbol(&lib.nvmlDeviceGetComputeInstanceId))
     })?;
     note(&ci);
-    let info = calls.answer(CallKey::on("nvmlGpuInstanceGetInfo", parent).arg(gi), || {
-        let by_id = symbol(&lib.nvmlDeviceGetGpuInstanceById)?;
-        let get_info = symbol(&lib.nvmlGpuInstanceGetInfo)?;
-        let mut instance: nvmlGpuInstance_t = std::ptr::null_mut();
-        // SAFETY: `by_id` is the library's own symbol; the parent handle comes from this
-        // `nvml` and outlives the call; `instance` is a valid out-pointer.
-        raw(unsafe { by_id(parent.handle(), gi, &mut instance) })?;
-        // SAFETY: a plain C struct of integers and a handle; all-zero is valid.
-        let mut info: nvmlGpuInstanceInfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `instance` came from the driver just above; `info` is a valid out-pointer.
-        raw(unsafe { get_info(instance, &mut info) }).map(|()| info)
-    })?;
-    let info = match info {
+    let info = match gpu_instance_info(nvml, calls, parent, gi)? {
         Answer::Value(info) => Some(info),
         other => {
             settled &= !matches!(other, Answer::Failed);
@@ -292,21 +320,17 @@ fn read_identity(
         settled = false;
     }
     let attributes = attributes.value();
-    let mut profile = None;
-    if let Some(id) = info.map(|i| i.profileId) {
-        profile = profiles.get(&id).cloned();
-        if profile.is_none() {
-            let found = profile_by_id(nvml, calls, parent, id)?;
-            match found {
-                Answer::Value(p) => {
-                    profiles.insert(id, p.clone());
-                    profile = Some(p);
-                }
-                Answer::NotSupported => {}
-                Answer::Failed => settled = false,
+    let profile = match info.map(|i| i.profileId) {
+        Some(id) => match known_profile(nvml, calls, parent, id, profiles)? {
+            Answer::Value(p) => Some(p),
+            Answer::NotSupported => None,
+            Answer::Failed => {
+                settled = false;
+                None
             }
-        }
-    }
+        },
+        None => None,
+    };
     let gi_slices =
         profile.as_ref().map(|p| p.compute_slices).or(attributes.as_ref().map(|a| a.gpu_instance_slice_count));
     let ci_slices = attributes.as_ref().map(|a| a.compute_instance_slice_count);
@@ -336,6 +360,46 @@ fn read_identity(
         },
         settled,
     )))
+}
+
+/// The GPU instance's info (its profile id), through the parent GPU's handle.
+fn gpu_instance_info(
+    nvml: &Nvml,
+    calls: &mut Calls<'_>,
+    parent: &Device<'_>,
+    gi: u32,
+) -> Result<Answer<nvmlGpuInstanceInfo_t>, Lost> {
+    let lib = nvml.lib();
+    calls.answer(CallKey::on("nvmlGpuInstanceGetInfo", parent).arg(gi), || {
+        let by_id = symbol(&lib.nvmlDeviceGetGpuInstanceById)?;
+        let get_info = symbol(&lib.nvmlGpuInstanceGetInfo)?;
+        let mut instance: nvmlGpuInstance_t = std::ptr::null_mut();
+        // SAFETY: `by_id` is the library's own symbol; the parent handle comes from this
+        // `nvml` and outlives the call; `instance` is a valid out-pointer.
+        raw(unsafe { by_id(parent.handle(), gi, &mut instance) })?;
+        // SAFETY: a plain C struct of integers and a handle; all-zero is valid.
+        let mut info: nvmlGpuInstanceInfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `instance` came from the driver just above; `info` is a valid out-pointer.
+        raw(unsafe { get_info(instance, &mut info) }).map(|()| info)
+    })
+}
+
+/// A profile from the table, or asked of the driver by id and added to the table.
+fn known_profile(
+    nvml: &Nvml,
+    calls: &mut Calls<'_>,
+    parent: &Device<'_>,
+    id: u32,
+    profiles: &mut BTreeMap<u32, Profile>,
+) -> Result<Answer<Profile>, Lost> {
+    if let Some(profile) = profiles.get(&id) {
+        return Ok(Answer::Value(profile.clone()));
+    }
+    let found = profile_by_id(nvml, calls, parent, id)?;
+    if let Answer::Value(p) = &found {
+        profiles.insert(id, p.clone());
+    }
+    Ok(found)
 }
 
 /// One profile by the driver's profile id (`nvmlDeviceGetGpuInstanceProfileInfoByIdV`);

@@ -138,35 +138,7 @@ pub fn resolve(
         return Err(("mig".into(), format!("{} has no MIG", model.key)));
     }
     let profiles = resolve_profiles(&spec.extra_profiles, model)?;
-    let find = |name: &str, field: String| {
-        profiles.iter().find(|p| p.name == name).cloned().ok_or_else(|| {
-            let known: Vec<&str> = profiles.iter().map(|p| p.name.as_ref()).collect();
-            (field, format!("{} has no MIG profile {name:?}; it has {}", model.key, known.join(", ")))
-        })
-    };
-    let mut specs: Vec<(MigProfile, InstanceSpec)> = Vec::new();
-    match (&spec.layout, spec.instances.is_empty()) {
-        (Some(_), false) => return Err(("mig".into(), "give either layout or instances, not both".into())),
-        (None, true) => return Err(("mig".into(), "give a layout (e.g. all-1g.10gb) or a list of instances".into())),
-        (Some(layout), true) => {
-            let name = layout.strip_prefix("all-").ok_or_else(|| {
-                ("mig.layout".to_string(), format!("{layout:?}: named layouts are all-<profile>, e.g. all-3g.40gb"))
-            })?;
-            let profile = find(name, "mig.layout".into())?;
-            for _ in 0..profile.max_instances {
-                specs.push((
-                    profile.clone(),
-                    InstanceSpec { profile: name.into(), uuid: None, values: InstanceValues::default() },
-                ));
-            }
-        }
-        (None, false) => {
-            for (i, instance) in spec.instances.into_iter().enumerate() {
-                let profile = find(&instance.profile, format!("mig.instances[{i}].profile"))?;
-                specs.push((profile, instance));
-            }
-        }
-    }
+    let specs = instance_specs(spec, &profiles, model)?;
     let compute: u32 = specs.iter().map(|(p, _)| p.compute_slices).sum();
     let memory: u32 = specs.iter().map(|(p, _)| p.memory_slices).sum();
     if compute > MIG_COMPUTE_SLICES || memory > MIG_MEMORY_SLICES {
@@ -180,49 +152,93 @@ pub fn resolve(
     let mut start = 0;
     let mut instances = Vec::with_capacity(specs.len());
     for (i, (profile, spec)) in specs.into_iter().enumerate() {
-        let index = i as u32;
         let compute_slices = profile.compute_slices;
-        let uuid = match spec.uuid {
-            Some(u) if is_mig_uuid(&u) => u,
-            Some(u) => {
-                return Err((
-                    format!("mig.instances[{i}].uuid"),
-                    format!("{u:?} is not of the form MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"),
-                ));
-            }
-            None => format!(
-                "MIG-{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-                0x5eed_0000u32 + gpu_index,
-                index,
-                gpu_index,
-                index,
-                0xa11ce_u64
-            ),
-        };
-        for (name, signal) in [
-            ("sm_activity", &spec.values.sm_activity),
-            ("tensor_activity", &spec.values.tensor_activity),
-            ("dram_activity", &spec.values.dram_activity),
-            ("memory_used_mib", &spec.values.memory_used_mib),
-        ] {
-            if let Some(s) = signal {
-                s.validate().map_err(|r| (format!("mig.instances[{i}].values.{name}"), r))?;
-            }
-        }
-        instances.push(MigInstance {
-            index,
-            profile,
-            uuid,
-            // The driver numbers GPU instances from 1 in creation order here; real ids
-            // depend on placement, and consumers must not assume either.
-            gpu_instance_id: index + 1,
-            compute_instance_id: 0,
-            placement_start: start,
-            values: spec.values,
-        });
+        instances.push(instance(i, profile, spec, gpu_index, start)?);
         start += compute_slices;
     }
     Ok((profiles, instances))
+}
+
+/// Each instance with its profile, from a named layout (`all-<profile>`) or a list.
+fn instance_specs(
+    spec: MigSpec,
+    profiles: &[MigProfile],
+    model: &Model,
+) -> Result<Vec<(MigProfile, InstanceSpec)>, (String, String)> {
+    let find = |name: &str, field: String| {
+        profiles.iter().find(|p| p.name == name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = profiles.iter().map(|p| p.name.as_ref()).collect();
+            (field, format!("{} has no MIG profile {name:?}; it has {}", model.key, known.join(", ")))
+        })
+    };
+    match (&spec.layout, spec.instances.is_empty()) {
+        (Some(_), false) => Err(("mig".into(), "give either layout or instances, not both".into())),
+        (None, true) => Err(("mig".into(), "give a layout (e.g. all-1g.10gb) or a list of instances".into())),
+        (Some(layout), true) => {
+            let name = layout.strip_prefix("all-").ok_or_else(|| {
+                ("mig.layout".to_string(), format!("{layout:?}: named layouts are all-<profile>, e.g. all-3g.40gb"))
+            })?;
+            let profile = find(name, "mig.layout".into())?;
+            let blank = InstanceSpec { profile: name.into(), uuid: None, values: InstanceValues::default() };
+            Ok((0..profile.max_instances).map(|_| (profile.clone(), blank.clone())).collect())
+        }
+        (None, false) => spec
+            .instances
+            .into_iter()
+            .enumerate()
+            .map(|(i, instance)| Ok((find(&instance.profile, format!("mig.instances[{i}].profile"))?, instance)))
+            .collect(),
+    }
+}
+
+/// Instance `i`, placed at compute slice `start`: its UUID (given or derived from the
+/// GPU and index) and its validated value signals.
+fn instance(
+    i: usize,
+    profile: MigProfile,
+    spec: InstanceSpec,
+    gpu_index: u32,
+    start: u32,
+) -> Result<MigInstance, (String, String)> {
+    let index = i as u32;
+    let uuid = match spec.uuid {
+        Some(u) if is_mig_uuid(&u) => u,
+        Some(u) => {
+            return Err((
+                format!("mig.instances[{i}].uuid"),
+                format!("{u:?} is not of the form MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"),
+            ));
+        }
+        None => format!(
+            "MIG-{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            0x5eed_0000u32 + gpu_index,
+            index,
+            gpu_index,
+            index,
+            0xa11ce_u64
+        ),
+    };
+    for (name, signal) in [
+        ("sm_activity", &spec.values.sm_activity),
+        ("tensor_activity", &spec.values.tensor_activity),
+        ("dram_activity", &spec.values.dram_activity),
+        ("memory_used_mib", &spec.values.memory_used_mib),
+    ] {
+        if let Some(s) = signal {
+            s.validate().map_err(|r| (format!("mig.instances[{i}].values.{name}"), r))?;
+        }
+    }
+    Ok(MigInstance {
+        index,
+        profile,
+        uuid,
+        // The driver numbers GPU instances from 1 in creation order here; real ids
+        // depend on placement, and consumers must not assume either.
+        gpu_instance_id: index + 1,
+        compute_instance_id: 0,
+        placement_start: start,
+        values: spec.values,
+    })
 }
 
 fn is_mig_uuid(text: &str) -> bool {
