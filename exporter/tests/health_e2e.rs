@@ -205,6 +205,9 @@ fn an_admin_cordoned_node_is_never_uncordoned() {
     for w in api.writes() {
         assert!(w.body.pointer("/spec/unschedulable").is_none(), "touched unschedulable: {}", w.describe());
     }
+    // The Event is written after the condition, so it may land a moment later.
+    wait_for(Duration::from_secs(5), || !api.events_with_reason("GPURecovered").is_empty())
+        .unwrap_or_else(|| panic!("no GPURecovered Event; logs:\n{}", e.logs()));
     let recovered = api.events_with_reason("GPURecovered");
     assert_eq!(recovered.len(), 1);
     assert!(recovered[0]["message"].as_str().unwrap().contains("stays cordoned"), "{}", recovered[0]["message"]);
@@ -238,6 +241,8 @@ fn the_breaker_stops_the_third_node_of_a_twenty_node_fleet() {
     let third = api.node(blocked[0]);
     assert!(!has_our_taint(&third));
     assert_eq!(condition(&third).as_deref(), Some("False"), "its condition still tells");
+    wait_for(Duration::from_secs(5), || !api.events_with_reason("GPUQuarantineBlocked").is_empty())
+        .expect("a GPUQuarantineBlocked Event");
     let events = api.events_with_reason("GPUQuarantineBlocked");
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["involvedObject"]["name"], blocked[0].as_str());
