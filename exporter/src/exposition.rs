@@ -1,10 +1,10 @@
 //! Low-level writer for the two exposition formats a scraper can ask for.
 //!
 //! A leaf: it names no other module of the crate, so both the exporter's own families
-//! ([`crate::render`]) and the health loop's (`health::metrics`) can write through it
-//! without either reaching into the other. The exporter's own families are written by
-//! prometheus-client by default (`render::Encoding`, docs/design.md); this encoder
-//! writes the health loop's, and is the reference the render tests compare against.
+//! ([`crate::render`]) and the health loop's (`health::metrics`) describe themselves with
+//! its [`Family`] without either reaching into the other. Every family is written by
+//! prometheus-client by default (`render::Encoding`, docs/design.md); this encoder is
+//! `Encoding::Ours` and the reference the render tests compare against.
 //!
 //! Prometheus text 0.0.4 and OpenMetrics 1.0 differ only in a few places, all handled
 //! here: a counter's `# TYPE` names the family without `_total` in OpenMetrics but with
@@ -163,18 +163,6 @@ pub fn push_label(out: &mut String, name: &str, value: &str) {
     out.push('"');
 }
 
-/// Builds an escaped label list from pairs.
-pub fn label_list(pairs: &[(&str, &str)]) -> String {
-    let mut out = String::new();
-    for (i, (name, value)) in pairs.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        push_label(&mut out, name, value);
-    }
-    out
-}
-
 fn escape_help(help: &str) -> String {
     help.replace('\\', "\\\\").replace('\n', "\\n")
 }
@@ -202,7 +190,9 @@ mod tests {
         let mut out = String::new();
         let mut enc = Encoder::new(&mut out, format);
         enc.family(family);
-        enc.sample(&label_list(&[("gpu", "0")]), &[("pod", "a\"b\\c\nd")], value);
+        let mut gpu = String::new();
+        push_label(&mut gpu, "gpu", "0");
+        enc.sample(&gpu, &[("pod", "a\"b\\c\nd")], value);
         enc.finish();
         out
     }

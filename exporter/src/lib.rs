@@ -12,8 +12,8 @@
 //!   certificates, basic auth, response headers) and the accept loop with graceful shutdown.
 //!
 //! Modules import downwards only, and `tests/module_cycles.rs` fails on any circle:
-//! [`snapshot`] (plain data, attribution's result included) and [`exposition`] (the text
-//! encoder that [`render`] and the health loop's families share) name no other module;
+//! [`snapshot`] (plain data, attribution's result included) and [`exposition`] (the family
+//! descriptions and our own text encoder) name no other module;
 //! durations are read by the workspace's `flag-ranges` crate, so the flags of each part
 //! ([`attribution`], [`health`]) need nothing from [`config`], which gathers them.
 

@@ -29,8 +29,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, CommandFactory, Parser};
 use gpu_exporter::config::Args;
-use serde::Deserialize;
 use serde_json::{Value, json};
+use test_support::deploy::{self, Render};
 
 // ---- rendering -----------------------------------------------------------------------
 
@@ -45,110 +45,13 @@ fn run(program: &str, args: &[&str], install: &str) -> Output {
     })
 }
 
-fn kubectl() -> String {
-    std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into())
-}
-
-const KUBECTL_INSTALL: &str = "kubectl 1.27 or newer (kustomize v5), or KUBECTL=/path/to/kubectl";
 const PROMETHEUS_INSTALL: &str = "apt-get install -y prometheus (.ci/run does)";
 const VALIDATE_INSTALL: &str = "python3 -m pip install kubernetes-validate==1.37.0 (scripts/install-test-deps does)";
 
-fn parse_docs(text: &str) -> Vec<Value> {
-    serde_yaml_ng::Deserializer::from_str(text)
-        .map(|doc| serde_json::to_value(serde_yaml_ng::Value::deserialize(doc).unwrap()).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-fn kustomize(dir: &Path) -> (String, Vec<Value>) {
-    let out = run(&kubectl(), &["kustomize", dir.to_str().unwrap()], KUBECTL_INSTALL);
-    assert!(
-        out.status.success(),
-        "kubectl kustomize {} failed: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let docs = parse_docs(&text);
-    (text, docs)
-}
-
-/// The path from directory `from` to `to`, both absolute (kustomize refuses absolute ones).
-fn relative(from: &Path, to: &Path) -> PathBuf {
-    let from: Vec<_> = from.components().collect();
-    let to: Vec<_> = to.components().collect();
-    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
-    let mut path = PathBuf::new();
-    for _ in common..from.len() {
-        path.push("..");
-    }
-    for c in &to[common..] {
-        path.push(c);
-    }
-    path
-}
-
-struct Render {
-    /// `deploy`, `deploy/base`, `deploy/overlays/<name>`, or `components: a+b+c`.
-    name: String,
-    text: String,
-    docs: Vec<Value>,
-}
-
-/// Every way the manifests are meant to be installed: the top-level kustomization, the
-/// base, each overlay, and the base with every component at once (they must combine).
+/// Every rendering of `deploy/` (the shared `test_support::deploy`), made once.
 fn renders() -> &'static [Render] {
     static RENDERS: OnceLock<Vec<Render>> = OnceLock::new();
-    RENDERS.get_or_init(|| {
-        let root = repo();
-        let deploy = root.join("deploy");
-        let mut dirs = vec![deploy.clone(), deploy.join("base")];
-        let mut overlays: Vec<PathBuf> = std::fs::read_dir(deploy.join("overlays"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.is_dir())
-            .collect();
-        overlays.sort();
-        let names: Vec<String> =
-            overlays.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
-        for wanted in ["prometheus", "prometheus-operator", "cert-manager"] {
-            assert!(names.iter().any(|n| n == wanted), "deploy/overlays/{wanted} is missing");
-        }
-        dirs.extend(overlays);
-        let mut out: Vec<Render> = dirs
-            .iter()
-            .map(|dir| {
-                let (text, docs) = kustomize(dir);
-                Render { name: dir.strip_prefix(&root).unwrap().display().to_string(), text, docs }
-            })
-            .collect();
-
-        let mut components: Vec<PathBuf> = std::fs::read_dir(deploy.join("components"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.is_dir())
-            .collect();
-        components.sort();
-        let tmp = tempfile::tempdir().unwrap();
-        let at = tmp.path().canonicalize().unwrap();
-        let list = |paths: &[PathBuf]| {
-            paths.iter().map(|p| format!("  - {}\n", relative(&at, p).display())).collect::<String>()
-        };
-        std::fs::write(
-            at.join("kustomization.yaml"),
-            format!(
-                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n{}components:\n{}",
-                list(&[deploy.join("base")]),
-                list(&components)
-            ),
-        )
-        .unwrap();
-        let (text, docs) = kustomize(&at);
-        let names: Vec<String> =
-            components.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
-        out.push(Render { name: format!("components: {}", names.join("+")), text, docs });
-        out
-    })
+    RENDERS.get_or_init(|| deploy::renders(&repo()))
 }
 
 fn render(name: &str) -> &'static Render {

@@ -39,7 +39,7 @@ async fn tls_client_certificates_and_basic_auth_guard_metrics() {
         ])
         .start();
     let addr: SocketAddr = exporter.address.parse().unwrap();
-    let good_client = ClientTls::trusting(&ca).with_identity(&clients.client(&["prometheus"]));
+    let good_client = ClientTls::trusting(&ca).with_identity(&clients.client_for(&["prometheus"]));
     let auth = basic("prometheus", "scrape-secret");
 
     let mut ready = false;
@@ -74,7 +74,7 @@ async fn tls_client_certificates_and_basic_auth_guard_metrics() {
     let refused = get(addr, Some(&no_cert), "/metrics", &[("authorization", &auth)]).await.unwrap();
     assert_eq!(refused.status, 403, "a client without a certificate is refused");
     assert!(!refused.body.contains("gpu_utilization"));
-    let foreign = ClientTls::trusting(&ca).with_identity(&other.client(&["prometheus"]));
+    let foreign = ClientTls::trusting(&ca).with_identity(&other.client_for(&["prometheus"]));
     assert!(get(addr, Some(&foreign), "/metrics", &[("authorization", &auth)]).await.is_err());
     let plain = get(addr, None, "/metrics", &[]).await.unwrap();
     assert_eq!(plain.status, 400, "plain HTTP on the TLS port");

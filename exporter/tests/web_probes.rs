@@ -101,7 +101,7 @@ async fn required_client_certificates_leave_the_probes_open_to_a_client_without_
         }
 
         // Prometheus with its certificate reads everything.
-        let scraper = ClientTls::trusting(&server_ca).with_identity(&client_ca.client(&["prometheus"]));
+        let scraper = ClientTls::trusting(&server_ca).with_identity(&client_ca.client_for(&["prometheus"]));
         for path in ["/metrics", "/healthz", "/readyz"] {
             let reply = within(10, get(addr, Some(&scraper), path, &[])).await.unwrap();
             assert_eq!(reply.status, StatusCode::OK, "{policy}: {path} with a certificate");
@@ -118,7 +118,7 @@ async fn a_bad_certificate_still_fails_the_handshake_even_for_a_probe() {
     let dir = Dir::new();
     let config = dir.load(&required_cert_config(&dir, &server_ca, &client_ca, "RequireAndVerifyClientCert", ""));
     let running = start(config, router(), ServeOptions::default()).await;
-    let rogue = ClientTls::trusting(&server_ca).with_identity(&rogue_ca.client(&["prometheus"]));
+    let rogue = ClientTls::trusting(&server_ca).with_identity(&rogue_ca.client_for(&["prometheus"]));
     for path in ["/healthz", "/metrics"] {
         let err = within(10, get(running.addr, Some(&rogue), path, &[])).await.unwrap_err();
         assert!(describe(&err).contains("UnknownCA"), "{path}: {}", describe(&err));
@@ -135,7 +135,7 @@ async fn client_certificates_and_basic_auth_together() {
     let running = start(config, router(), ServeOptions::default()).await;
     let addr = running.addr;
     let kubelet = ClientTls::trusting(&server_ca);
-    let scraper = ClientTls::trusting(&server_ca).with_identity(&client_ca.client(&["prometheus"]));
+    let scraper = ClientTls::trusting(&server_ca).with_identity(&client_ca.client_for(&["prometheus"]));
     let auth = basic("prometheus", "scrape-secret");
 
     assert_eq!(within(10, get(addr, Some(&kubelet), "/readyz", &[])).await.unwrap().status, StatusCode::OK);

@@ -77,7 +77,7 @@ async fn require_and_verify_client_cert_accepts_only_certificates_from_the_clien
     assert_eq!(config.client_auth(), ClientAuth::RequireAndVerifyClientCert);
     let running = start(config, router(), ServeOptions::default()).await;
 
-    let good = ClientTls::trusting(&server_ca).with_identity(&client_ca.client(&["prometheus"]));
+    let good = ClientTls::trusting(&server_ca).with_identity(&client_ca.client_for(&["prometheus"]));
     let reply = within(10, get(running.addr, Some(&good), "/metrics", &[])).await.unwrap();
     assert_eq!(reply.status, StatusCode::OK);
 
@@ -88,7 +88,7 @@ async fn require_and_verify_client_cert_accepts_only_certificates_from_the_clien
     assert_eq!(reply.status, StatusCode::FORBIDDEN, "no client certificate");
     assert!(!reply.body.contains("gpu_up"));
 
-    let rogue = ClientTls::trusting(&server_ca).with_identity(&other_ca.client(&["prometheus"]));
+    let rogue = ClientTls::trusting(&server_ca).with_identity(&other_ca.client_for(&["prometheus"]));
     let err = within(10, get(running.addr, Some(&rogue), "/metrics", &[])).await.unwrap_err();
     assert!(describe(&err).contains("UnknownCA"), "certificate from another CA: {}", describe(&err));
 
@@ -113,11 +113,11 @@ async fn client_allowed_sans_restricts_verified_clients() {
     let running = start(config, router(), ServeOptions::default()).await;
 
     for sans in [&["prometheus.monitoring.svc"][..], &["other.example", "10.0.0.7"][..]] {
-        let client = ClientTls::trusting(&ca).with_identity(&ca.client(sans));
+        let client = ClientTls::trusting(&ca).with_identity(&ca.client_for(sans));
         let reply = within(10, get(running.addr, Some(&client), "/metrics", &[])).await.unwrap();
         assert_eq!(reply.status, StatusCode::OK, "{sans:?}");
     }
-    let outsider = ClientTls::trusting(&ca).with_identity(&ca.client(&["grafana.monitoring.svc"]));
+    let outsider = ClientTls::trusting(&ca).with_identity(&ca.client_for(&["grafana.monitoring.svc"]));
     let err = within(10, get(running.addr, Some(&outsider), "/metrics", &[])).await.unwrap_err();
     assert!(describe(&err).contains("AccessDenied"), "SAN not in client_allowed_sans: {}", describe(&err));
     running.stop().await.unwrap();
@@ -135,7 +135,7 @@ async fn request_and_require_any_client_cert_follow_go_semantics() {
         ServeOptions::default(),
     )
     .await;
-    let with_any_cert = ClientTls::trusting(&ca).with_identity(&stranger.client(&["whoever"]));
+    let with_any_cert = ClientTls::trusting(&ca).with_identity(&stranger.client_for(&["whoever"]));
     let reply = within(10, get(require_any.addr, Some(&with_any_cert), "/metrics", &[])).await.unwrap();
     assert_eq!(reply.status, StatusCode::OK, "any certificate is taken without chain checks");
     let reply = within(10, get(require_any.addr, Some(&ClientTls::trusting(&ca)), "/metrics", &[])).await.unwrap();

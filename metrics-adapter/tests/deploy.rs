@@ -24,83 +24,17 @@ use std::sync::OnceLock;
 use clap::{ArgAction, CommandFactory};
 use gpu_metrics_adapter::config::{Args, Cli};
 use gpu_metrics_adapter::source::prometheus::rules;
-use serde::Deserialize;
 use serde_json::{Value, json};
+use test_support::deploy::{self, Render};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().canonicalize().unwrap()
 }
 
-fn kustomize(dir: &Path) -> Vec<Value> {
-    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
-    let out = std::process::Command::new(&kubectl).args(["kustomize", dir.to_str().unwrap()]).output().unwrap_or_else(|e| {
-        panic!("this test needs kubectl ({kubectl}: {e}); install kubectl 1.27+ or set KUBECTL (scripts/check-deploy checks)")
-    });
-    assert!(out.status.success(), "kubectl kustomize {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|doc| serde_json::to_value(serde_yaml_ng::Value::deserialize(doc).unwrap()).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-/// The path from directory `from` to `to`, both absolute (kustomize refuses absolute ones).
-fn relative(from: &Path, to: &Path) -> PathBuf {
-    let from: Vec<_> = from.components().collect();
-    let to: Vec<_> = to.components().collect();
-    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
-    let mut path: PathBuf = (common..from.len()).map(|_| "..").collect();
-    path.extend(&to[common..]);
-    path
-}
-
-fn subdirs(dir: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> =
-        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
-    out.sort();
-    out
-}
-
-struct Render {
-    name: String,
-    docs: Vec<Value>,
-}
-
+/// Every rendering of `deploy/` (the shared `test_support::deploy`), made once.
 fn renders() -> &'static [Render] {
     static RENDERS: OnceLock<Vec<Render>> = OnceLock::new();
-    RENDERS.get_or_init(|| {
-        let root = repo();
-        let deploy = root.join("deploy");
-        let mut dirs = vec![deploy.clone(), deploy.join("base")];
-        dirs.extend(subdirs(&deploy.join("overlays")));
-        let mut out: Vec<Render> = dirs
-            .iter()
-            .map(|d| Render { name: d.strip_prefix(&root).unwrap().display().to_string(), docs: kustomize(d) })
-            .collect();
-        // All components at once: they must combine (e.g. prometheus-operator + cert-manager).
-        let tmp = tempfile::tempdir().unwrap();
-        let at = tmp.path().canonicalize().unwrap();
-        let components = subdirs(&deploy.join("components"));
-        let list = |paths: &[PathBuf]| {
-            paths.iter().map(|p| format!("  - {}\n", relative(&at, p).display())).collect::<String>()
-        };
-        std::fs::write(
-            at.join("kustomization.yaml"),
-            format!(
-                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n{}components:\n{}",
-                list(&[deploy.join("base")]),
-                list(&components)
-            ),
-        )
-        .unwrap();
-        out.push(Render { name: "components: all".into(), docs: kustomize(&at) });
-        for wanted in
-            ["deploy/overlays/prometheus", "deploy/overlays/prometheus-operator", "deploy/overlays/cert-manager"]
-        {
-            assert!(out.iter().any(|r| r.name == wanted), "{wanted} is missing");
-        }
-        out
-    })
+    RENDERS.get_or_init(|| deploy::renders(&repo()))
 }
 
 fn render(name: &str) -> &'static Render {
@@ -351,7 +285,7 @@ fn the_base_provisions_its_own_serving_certificate_with_least_privilege() {
 fn with_cert_manager_the_adapter_serves_the_issued_certificate_and_provisions_nothing() {
     let with: Vec<&Render> = renders().iter().filter(|r| all(&r.docs, "Certificate").next().is_some()).collect();
     assert!(with.iter().any(|r| r.name == "deploy/overlays/cert-manager"));
-    assert!(with.iter().any(|r| r.name == "components: all"));
+    assert!(with.iter().any(|r| r.name.starts_with("components: ")));
     for r in with {
         let c = container(r);
         let pod = &deployment(r)["spec"]["template"]["spec"];

@@ -1,13 +1,16 @@
 //! The health loop's metric families, rendered after the exporter's own through the
-//! [`Section`] hook. The loop updates a [`HealthMetrics`] (`gpu-health`'s view) after
-//! every check and every API call; a scrape reads it and never waits on the loop.
+//! [`Section`] hook, by the same encoder (prometheus-client by default). The loop
+//! updates a [`HealthMetrics`] (`gpu-health`'s view) after every check and every API
+//! call; a scrape reads it and never waits on the loop.
 
 use std::time::UNIX_EPOCH;
 
-use crate::exposition::{Encoder, Family, Kind, label_list, push_label};
-use crate::render::{RenderContext, Section};
+use crate::exposition::{Family, Kind};
+use crate::render::labels::LabelSet;
+use crate::render::sink::Exposition;
+use crate::render::{RenderContext, Section, device_label_set, own_label_set};
 
-use gpu_health::policy::Health;
+use gpu_health::policy::{Health, Needs};
 pub use gpu_health::view::{BreakerView, GpuHealth, HealthMetrics, HealthView};
 
 const fn gauge(name: &'static str, help: &'static str) -> Family {
@@ -98,105 +101,98 @@ fn flag(b: bool) -> f64 {
     if b { 1.0 } else { 0.0 }
 }
 
-fn with_constant_labels(mut labels: String, ctx: &RenderContext) -> String {
-    for (name, value) in &ctx.extra_labels {
-        if !labels.is_empty() {
-            labels.push(',');
-        }
-        push_label(&mut labels, name, value);
-    }
-    labels
-}
-
 impl Section for HealthMetrics {
     fn generation(&self) -> u64 {
         HealthMetrics::generation(self)
     }
 
-    fn render(&self, enc: &mut Encoder<'_>, ctx: &RenderContext) {
-        render_view(&self.view(), enc, ctx);
+    fn render(&self, out: &mut dyn Exposition, ctx: &RenderContext) {
+        render_view(&self.view(), out, ctx);
     }
 }
 
-/// Writes the health families for `view`.
-pub fn render_view(view: &HealthView, enc: &mut Encoder<'_>, ctx: &RenderContext) {
-    let own = with_constant_labels(label_list(&[("node", &ctx.node)]), ctx);
-    let gpu_labels: Vec<String> = view
-        .gpus
-        .iter()
-        .map(|g| {
-            let index = g.index.to_string();
-            let base = label_list(&[("node", &ctx.node), ("gpu", &index), ("uuid", &g.uuid), ("model", &g.model)]);
-            with_constant_labels(base, ctx)
-        })
-        .collect();
+/// Writes the health families for `view`, with the same label sets as the exporter's
+/// own families (`node`, the GPU's `gpu`/`uuid`/`model`, then the constant labels).
+pub fn render_view(view: &HealthView, out: &mut dyn Exposition, ctx: &RenderContext) {
+    let own = own_label_set(ctx);
+    let gpu_labels: Vec<LabelSet> =
+        view.gpus.iter().map(|g| device_label_set(ctx, g.index, &g.uuid, &g.model)).collect();
+    let gpus = || view.gpus.iter().zip(&gpu_labels);
+    // Nothing is called healthy or unhealthy before the first check.
     let known = view.health != Health::Unknown;
-    enc.family(&GPU_HEALTHY);
-    if known {
-        for (g, l) in view.gpus.iter().zip(&gpu_labels) {
-            enc.sample(l, &[], flag(g.signals.is_empty()));
+    out.emit(&GPU_HEALTHY, &mut |s| {
+        if known {
+            gpus().for_each(|(g, l)| s.sample(l, &[], flag(g.signals.is_empty())));
         }
-    }
-    enc.family(&GPU_SIGNAL);
-    for (g, l) in view.gpus.iter().zip(&gpu_labels) {
-        for (signal, confirmed) in &g.signals {
-            let state = if *confirmed { "confirmed" } else { "pending" };
-            enc.sample(l, &[("signal", signal), ("state", state)], 1.0);
+    });
+    out.emit(&GPU_SIGNAL, &mut |s| {
+        for (g, l) in gpus() {
+            for (signal, confirmed) in &g.signals {
+                let state = if *confirmed { "confirmed" } else { "pending" };
+                s.sample(l, &[("signal", signal), ("state", state)], 1.0);
+            }
         }
-    }
-    enc.family(&NODE_HEALTHY);
-    if known {
-        enc.sample(&own, &[], flag(view.health == Health::Healthy));
-    }
-    enc.family(&NODE_REASON);
-    for r in &view.reasons {
-        let gpu = r.gpu.map(|g| g.to_string()).unwrap_or_default();
-        let needs = match r.needs {
-            super::policy::Needs::Nothing => "nothing",
-            super::policy::Needs::Reset => "reset",
-            super::policy::Needs::Reboot => "reboot",
-        };
-        enc.sample(&own, &[("gpu", &gpu), ("reason", &r.code), ("needs", needs)], 1.0);
-    }
-    enc.family(&NODE_UNHEALTHY_SINCE);
-    if let Some(t) = view.since {
-        enc.sample(&own, &[], t.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()));
-    }
-    enc.family(&NODE_QUARANTINED);
-    enc.sample(&own, &[], flag(view.quarantined));
-    enc.family(&OPTED_OUT);
-    enc.sample(&own, &[], flag(view.opted_out));
-    enc.family(&ACTIONS);
-    for (action, count) in &view.actions {
-        enc.sample(&own, &[("action", action)], *count as f64);
-    }
-    enc.family(&API_ERRORS);
-    for ((op, error), count) in &view.api_errors {
-        enc.sample(&own, &[("operation", op), ("error", error)], *count as f64);
-    }
-    enc.family(&CHECKS);
-    for (kind, count) in &view.checks {
-        enc.sample(&own, &[("kind", kind)], *count as f64);
-    }
+    });
+    out.emit(&NODE_HEALTHY, &mut |s| {
+        if known {
+            s.sample(&own, &[], flag(view.health == Health::Healthy));
+        }
+    });
+    out.emit(&NODE_REASON, &mut |s| {
+        for r in &view.reasons {
+            let gpu = r.gpu.map(|g| g.to_string()).unwrap_or_default();
+            s.sample(&own, &[("gpu", &gpu), ("reason", &r.code), ("needs", needs_label(r.needs))], 1.0);
+        }
+    });
+    out.emit(&NODE_UNHEALTHY_SINCE, &mut |s| {
+        if let Some(t) = view.since {
+            s.sample(&own, &[], t.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()));
+        }
+    });
+    out.emit(&NODE_QUARANTINED, &mut |s| s.sample(&own, &[], flag(view.quarantined)));
+    out.emit(&OPTED_OUT, &mut |s| s.sample(&own, &[], flag(view.opted_out)));
+    render_counters(view, out, &own);
     if let Some(b) = view.breaker {
-        enc.family(&BREAKER_OPEN);
-        enc.sample(&own, &[], flag(b.open));
-        enc.family(&BREAKER_QUARANTINED);
-        enc.sample(&own, &[], b.quarantined as f64);
-        enc.family(&BREAKER_LIMIT);
-        enc.sample(&own, &[], b.limit as f64);
-        enc.family(&BREAKER_FLEET);
-        enc.sample(&own, &[], b.fleet as f64);
+        out.emit(&BREAKER_OPEN, &mut |s| s.sample(&own, &[], flag(b.open)));
+        out.emit(&BREAKER_QUARANTINED, &mut |s| s.sample(&own, &[], b.quarantined as f64));
+        out.emit(&BREAKER_LIMIT, &mut |s| s.sample(&own, &[], b.limit as f64));
+        out.emit(&BREAKER_FLEET, &mut |s| s.sample(&own, &[], b.fleet as f64));
     }
-    enc.family(&MODE);
-    enc.sample(&own, &[("mode", view.mode), ("api", view.api)], 1.0);
+    out.emit(&MODE, &mut |s| s.sample(&own, &[("mode", view.mode), ("api", view.api)], 1.0));
+}
+
+fn needs_label(needs: Needs) -> &'static str {
+    match needs {
+        Needs::Nothing => "nothing",
+        Needs::Reset => "reset",
+        Needs::Reboot => "reboot",
+    }
+}
+
+/// The loop's counters: actions taken, failed API calls, checks run.
+fn render_counters(view: &HealthView, out: &mut dyn Exposition, own: &LabelSet) {
+    out.emit(&ACTIONS, &mut |s| {
+        for (action, count) in &view.actions {
+            s.sample(own, &[("action", action)], *count as f64);
+        }
+    });
+    out.emit(&API_ERRORS, &mut |s| {
+        for ((op, error), count) in &view.api_errors {
+            s.sample(own, &[("operation", op), ("error", error)], *count as f64);
+        }
+    });
+    out.emit(&CHECKS, &mut |s| {
+        for (kind, count) in &view.checks {
+            s.sample(own, &[("kind", kind)], *count as f64);
+        }
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
-    use gpu_health::policy::{Needs, Reason};
+    use crate::exposition::{Encoder, Format};
+    use gpu_health::policy::Reason;
 
     fn render(view: &HealthView) -> String {
         let mut out = String::new();

@@ -1,8 +1,9 @@
 //! prometheus-client as the encoder of the exporter's own families.
 //!
 //! Nothing is registered ahead of time and nothing is updated per cycle: each render
-//! registers one [`Collector`] that owns a copy of the snapshot and encodes every family
-//! from it on demand through prometheus-client's `DescriptorEncoder`. The crate writes
+//! registers one [`Collector`] that shares the snapshot and the sections (the health
+//! loop's families) and encodes every family from them on demand through
+//! prometheus-client's `DescriptorEncoder`. The crate writes
 //! both formats a scraper can ask for (OpenMetrics 1.0 through `encoding::text`, text
 //! 0.0.4 through `encoding::prometheus_text`), so it serves both here.
 //!
@@ -10,6 +11,7 @@
 //! `3.0`; others as `f64`, which the crate writes with `dtoa`.
 
 use std::fmt;
+use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet, prometheus_text, text};
@@ -18,33 +20,41 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::labels::{LabelSet, Series};
 use super::sink::{Exposition, Samples};
-use super::{RenderContext, write_families};
+use super::{RenderContext, Section, Sections, write_all};
 use crate::exposition::{Family, Format, Kind};
 use crate::snapshot::Snapshot;
 
-/// Appends the exporter's own families of `snapshot` to `out`, without OpenMetrics'
-/// `# EOF` (the caller closes the exposition after any sections).
-pub(super) fn encode(snapshot: &Snapshot, ctx: &RenderContext, format: Format, out: &mut String) -> fmt::Result {
+/// Appends the families of `snapshot` and `sections` to `out`, without OpenMetrics'
+/// `# EOF` (the caller closes the exposition).
+pub(super) fn encode(
+    snapshot: &Arc<Snapshot>,
+    ctx: &RenderContext,
+    sections: &Sections,
+    format: Format,
+    out: &mut String,
+) -> fmt::Result {
     let mut registry = Registry::default();
-    // The registry wants a 'static collector, so it owns its copy of the snapshot.
-    registry.register_collector(Box::new(SnapshotFamilies { snapshot: snapshot.clone(), ctx: ctx.clone() }));
+    // The registry wants a 'static collector: it shares the snapshot rather than copy it.
+    let families = SnapshotFamilies { snapshot: snapshot.clone(), ctx: ctx.clone(), sections: sections.to_vec() };
+    registry.register_collector(Box::new(families));
     match format {
         Format::OpenMetrics => text::encode_registry(out, &registry),
         Format::PrometheusText => prometheus_text::encode(out, &registry),
     }
 }
 
-/// Encodes every family of one snapshot when the registry is encoded.
+/// Encodes every family of one snapshot, then the sections', when the registry is encoded.
 #[derive(Debug)]
 struct SnapshotFamilies {
-    snapshot: Snapshot,
+    snapshot: Arc<Snapshot>,
     ctx: RenderContext,
+    sections: Vec<Arc<dyn Section>>,
 }
 
 impl Collector for SnapshotFamilies {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let mut exposition = ClientExposition { descriptors: &mut encoder, result: Ok(()) };
-        write_families(&mut exposition, &self.snapshot, &self.ctx);
+        write_all(&mut exposition, &self.snapshot, &self.ctx, &self.sections);
         exposition.result
     }
 }

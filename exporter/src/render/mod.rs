@@ -12,9 +12,10 @@
 //! `increase()` and `rate()` would jump and alerts fire again. Who holds a device is the
 //! join with `gpu_device_pod_info` (rendered by [`pods`]); see docs/metrics.md.
 //!
-//! Encoding: the families are described once, through [`sink::Exposition`], and
-//! [`Encoding`] picks who writes them: prometheus-client (`client`) or our own leaf
-//! encoder ([`crate::exposition`]). docs/design.md records which serves and why.
+//! Encoding: the families, the exporter's own and the [`Section`]s' (the health loop's),
+//! are described once, through [`sink::Exposition`], and [`Encoding`] picks who writes
+//! them: prometheus-client (`client`) or our own leaf encoder ([`crate::exposition`]).
+//! docs/design.md records which serves and why.
 
 mod client;
 pub mod families;
@@ -23,6 +24,7 @@ mod mig;
 mod pods;
 pub mod sink;
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use families as f;
@@ -44,12 +46,16 @@ pub struct RenderContext {
 
 /// Families that another part of the exporter renders after the exporter's own (the
 /// health loop's, `crate::health::metrics`). Rendered on every scrape that misses the
-/// cache; the cache key includes [`Section::generation`].
+/// cache; the cache key includes [`Section::generation`]. A section writes through
+/// [`Exposition`] like the exporter's own families, so the same encoder writes both.
 pub trait Section: Send + Sync + std::fmt::Debug {
     /// Changes whenever the section's output would.
     fn generation(&self) -> u64;
-    fn render(&self, enc: &mut Encoder<'_>, ctx: &RenderContext);
+    fn render(&self, out: &mut dyn Exposition, ctx: &RenderContext);
 }
+
+/// The sections rendered after the exporter's own families.
+pub type Sections = [Arc<dyn Section>];
 
 /// Who writes the exporter's own families.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -62,46 +68,50 @@ pub enum Encoding {
     PrometheusClient,
 }
 
-/// Renders the whole exposition.
+/// Renders the whole exposition of a snapshot that is not shared yet (tests, tools).
 pub fn render(snapshot: &Snapshot, ctx: &RenderContext, format: Format) -> String {
-    render_with(snapshot, ctx, format, &[])
+    render_with(&Arc::new(snapshot.clone()), ctx, format, &[])
 }
 
 /// Renders the whole exposition followed by `sections`.
-pub fn render_with(
-    snapshot: &Snapshot,
-    ctx: &RenderContext,
-    format: Format,
-    sections: &[std::sync::Arc<dyn Section>],
-) -> String {
+pub fn render_with(snapshot: &Arc<Snapshot>, ctx: &RenderContext, format: Format, sections: &Sections) -> String {
     render_encoded(snapshot, ctx, format, sections, Encoding::default())
 }
 
-/// Renders the whole exposition followed by `sections`, the exporter's own families
-/// written by `encoding`. Sections always go through our encoder (their API is its).
+/// Renders the whole exposition followed by `sections`, every family written by
+/// `encoding`. The snapshot is shared, not copied: prometheus-client's registry keeps
+/// only `'static` collectors, and an `Arc` is that without a copy of the readings.
 pub fn render_encoded(
-    snapshot: &Snapshot,
+    snapshot: &Arc<Snapshot>,
     ctx: &RenderContext,
     format: Format,
-    sections: &[std::sync::Arc<dyn Section>],
+    sections: &Sections,
     encoding: Encoding,
 ) -> String {
     let mut out = String::with_capacity(16 * 1024 + snapshot.gpus.len() * 8 * 1024);
-    if encoding == Encoding::PrometheusClient {
-        // Writing into a String cannot fail; an error here would be a bug in a family.
-        if let Err(error) = client::encode(snapshot, ctx, format, &mut out) {
-            tracing::error!(%error, "prometheus-client failed to encode the exposition");
+    match encoding {
+        Encoding::PrometheusClient => {
+            // Writing into a String cannot fail; an error here would be a bug in a family.
+            if let Err(error) = client::encode(snapshot, ctx, sections, format, &mut out) {
+                tracing::error!(%error, "prometheus-client failed to encode the exposition");
+            }
+            Encoder::new(&mut out, format).finish();
+        }
+        Encoding::Ours => {
+            let mut enc = Encoder::new(&mut out, format);
+            write_all(&mut enc, snapshot, ctx, sections);
+            enc.finish();
         }
     }
-    let mut enc = Encoder::new(&mut out, format);
-    if encoding == Encoding::Ours {
-        write_families(&mut enc, snapshot, ctx);
-    }
-    for section in sections {
-        section.render(&mut enc, ctx);
-    }
-    enc.finish();
     out
+}
+
+/// Writes the exporter's own families, then each section's.
+fn write_all(out: &mut dyn Exposition, snapshot: &Snapshot, ctx: &RenderContext, sections: &Sections) {
+    write_families(out, snapshot, ctx);
+    for section in sections {
+        section.render(out, ctx);
+    }
 }
 
 /// Writes the exporter's own families, in the documented order.
@@ -121,19 +131,21 @@ fn write_families(enc: &mut dyn Exposition, snapshot: &Snapshot, ctx: &RenderCon
 }
 
 fn gpu_label_set(gpu: &GpuSnapshot, ctx: &RenderContext) -> LabelSet {
-    let mut labels = LabelSet::of(&[
-        ("node", &ctx.node),
-        ("gpu", &gpu.index.to_string()),
-        ("uuid", &gpu.identity.uuid),
-        ("model", &gpu.identity.model),
-    ]);
+    device_label_set(ctx, gpu.index, &gpu.identity.uuid, &gpu.identity.model)
+}
+
+/// A GPU's label set: `node`, `gpu`, `uuid`, `model`, then the constant labels.
+pub fn device_label_set(ctx: &RenderContext, index: u32, uuid: &str, model: &str) -> LabelSet {
+    let mut labels =
+        LabelSet::of(&[("node", &ctx.node), ("gpu", &index.to_string()), ("uuid", uuid), ("model", model)]);
     for (name, value) in &ctx.extra_labels {
         labels.push(name.clone(), value.as_str());
     }
     labels
 }
 
-fn own_label_set(ctx: &RenderContext) -> LabelSet {
+/// The exporter's own label set: `node`, then the constant labels.
+pub fn own_label_set(ctx: &RenderContext) -> LabelSet {
     let mut labels = LabelSet::of(&[("node", &ctx.node)]);
     for (name, value) in &ctx.extra_labels {
         labels.push(name.clone(), value.as_str());
@@ -507,15 +519,33 @@ mod tests {
             r.power_watts = Some(312.457);
             r.energy_joules = Some(1.5e9 + 0.25);
         }
-        let snapshot = Snapshot {
+        let snapshot = Arc::new(Snapshot {
             nvml: NvmlStatus::Up(DriverInfo { driver_version: "550".into(), cuda_version: "12.4".into() }),
             gpus: vec![gpu(0, GpuState::Ok), odd, gpu(2, GpuState::Lost { since: UNIX_EPOCH })],
             ..Snapshot::default()
-        };
+        });
+        let sections: Vec<Arc<dyn Section>> = vec![Arc::new(OneFamily)];
         for format in [Format::PrometheusText, Format::OpenMetrics] {
-            let ours = render_encoded(&snapshot, &ctx, format, &[], Encoding::Ours);
-            let client = render_encoded(&snapshot, &ctx, format, &[], Encoding::PrometheusClient);
+            let ours = render_encoded(&snapshot, &ctx, format, &sections, Encoding::Ours);
+            let client = render_encoded(&snapshot, &ctx, format, &sections, Encoding::PrometheusClient);
             assert_same_exposition(&client, &ours);
+            let last = client.lines().rfind(|l| !l.starts_with('#')).unwrap_or_default();
+            assert!(last.starts_with("section_probe_total{node=\"gpu-node-1\""), "the section comes last: {last}");
+        }
+    }
+
+    /// A section with one counter family, to show sections go through the same encoder.
+    #[derive(Debug)]
+    struct OneFamily;
+
+    impl Section for OneFamily {
+        fn generation(&self) -> u64 {
+            1
+        }
+
+        fn render(&self, out: &mut dyn Exposition, ctx: &RenderContext) {
+            let family = Family { name: "section_probe", kind: Kind::Counter, help: "A probe.", unit: None };
+            out.emit(&family, &mut |s| s.sample(&own_label_set(ctx), &[("kind", "x\"y")], 7.0));
         }
     }
 

@@ -382,8 +382,9 @@ mod tests {
     fn both_encodings_write_the_same_pod_families() {
         use super::super::{Encoding, render_encoded};
         for format in [Format::PrometheusText, Format::OpenMetrics] {
-            let ours = render_encoded(&held_with_counters(), &ctx(), format, &[], Encoding::Ours);
-            let client = render_encoded(&held_with_counters(), &ctx(), format, &[], Encoding::PrometheusClient);
+            let snapshot = std::sync::Arc::new(held_with_counters());
+            let ours = render_encoded(&snapshot, &ctx(), format, &[], Encoding::Ours);
+            let client = render_encoded(&snapshot, &ctx(), format, &[], Encoding::PrometheusClient);
             assert!(ours.contains("gpu_device_pod_info{") && ours.contains("mig_uuid=\"MIG-1\""), "{ours}");
             super::super::tests::assert_same_exposition(&client, &ours);
         }

@@ -1,4 +1,4 @@
-//! Shared helpers for the `web_*` integration tests: test PKI made with rcgen, a server
+//! Shared helpers for the `web_*` integration tests: the workspace's test PKI, a server
 //! started on 127.0.0.1, and a small HTTP client on hyper + tokio-rustls (ring provider).
 //!
 //! Each test binary uses a different subset of these helpers.
@@ -18,9 +18,6 @@ use http::{HeaderMap, Request, StatusCode, Version};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-};
 use rustls::ClientConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -30,55 +27,7 @@ use tokio::task::JoinHandle;
 
 pub type BoxError = Box<dyn Error + Send + Sync>;
 
-/// A certificate authority for tests.
-pub struct Ca {
-    pub cert_pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-/// A certificate and its private key, PEM.
-#[derive(Clone)]
-pub struct Pair {
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-impl Pair {
-    pub fn cert_der(&self) -> CertificateDer<'static> {
-        CertificateDer::from_pem_slice(self.cert_pem.as_bytes()).unwrap()
-    }
-}
-
-impl Ca {
-    pub fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        Ca { cert_pem: cert.pem(), issuer: Issuer::new(params, key) }
-    }
-
-    fn issue(&self, sans: &[&str], usage: ExtendedKeyUsagePurpose) -> Pair {
-        let mut params = CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, sans.first().copied().unwrap_or("test"));
-        params.extended_key_usages = vec![usage];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Pair { cert_pem: cert.pem(), key_pem: key.serialize_pem() }
-    }
-
-    /// A server certificate for `localhost` and 127.0.0.1.
-    pub fn server(&self) -> Pair {
-        self.issue(&["localhost", "127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth)
-    }
-
-    /// A client certificate with the given SANs.
-    pub fn client(&self, sans: &[&str]) -> Pair {
-        self.issue(sans, ExtendedKeyUsagePurpose::ClientAuth)
-    }
-}
+pub use test_support::pki::{Ca, Pair};
 
 /// A temporary directory holding a web config and the files it names.
 pub struct Dir {

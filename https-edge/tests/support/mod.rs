@@ -1,4 +1,4 @@
-//! Shared by the edge's integration tests: a test PKI made with rcgen, a server on
+//! Shared by the edge's integration tests: the workspace's test PKI, a server on
 //! 127.0.0.1 that answers with what it learnt about the client's certificate, and a
 //! one-request HTTP/1.1 client over plain TCP or rustls.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -11,9 +11,6 @@ use axum::Router;
 use axum::extract::{Extension, State};
 use axum::routing::get;
 use https_edge::{ClientCa, HandshakeCheck, Options, PeerCertificates, ServeError, Transport, cert};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -21,70 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// A certificate and its key, PEM.
-#[derive(Clone)]
-pub struct Pair {
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-impl Pair {
-    pub fn cert_der(&self) -> CertificateDer<'static> {
-        CertificateDer::from_pem_slice(self.cert_pem.as_bytes()).unwrap()
-    }
-}
-
-/// A test certificate authority.
-pub struct Ca {
-    pub cert_pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl Ca {
-    pub fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let key = KeyPair::generate().unwrap();
-        let cert_pem = params.self_signed(&key).unwrap().pem();
-        Ca { cert_pem, issuer: Issuer::new(params, key) }
-    }
-
-    fn issue(&self, params: CertificateParams) -> Pair {
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Pair { cert_pem: cert.pem(), key_pem: key.serialize_pem() }
-    }
-
-    /// A serving certificate for `localhost`.
-    pub fn server(&self) -> Pair {
-        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        self.issue(params)
-    }
-
-    /// A client certificate for user `cn` with `sans`, valid from a day ago for a year.
-    pub fn client(&self, cn: &str, sans: &[&str]) -> Pair {
-        let now = time::OffsetDateTime::now_utc();
-        self.client_valid(cn, sans, now - time::Duration::days(1), now + time::Duration::days(365))
-    }
-
-    /// A client certificate that expired an hour ago.
-    pub fn expired_client(&self, cn: &str) -> Pair {
-        let now = time::OffsetDateTime::now_utc();
-        self.client_valid(cn, &[], now - time::Duration::days(30), now - time::Duration::hours(1))
-    }
-
-    fn client_valid(&self, cn: &str, sans: &[&str], from: time::OffsetDateTime, until: time::OffsetDateTime) -> Pair {
-        let mut params = CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        params.not_before = from;
-        params.not_after = until;
-        self.issue(params)
-    }
-}
+pub use test_support::pki::{Ca, Pair};
 
 /// The handler every test serves: says what the handshake checked, and what verifying
 /// the chain against `ca` now (deferred verification) says.
