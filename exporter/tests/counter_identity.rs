@@ -25,6 +25,7 @@ use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{Exporter, Launch, wait_for, write_scenario};
+use exposition_parser::{Format, Limits, Sample};
 use fake_nvml::scenario::Scenario;
 use serde_json::json;
 
@@ -63,23 +64,23 @@ const HOLDER_LABELS: &[&str] = &["namespace", "pod", "container"];
 /// Test time between two kept scrapes in the promtool input.
 const STEP_S: u64 = 15;
 
-/// One sample line: name, label pairs in order, the raw label text, value.
-#[derive(Debug, Clone)]
-struct Sample {
-    name: String,
-    labels: Vec<(String, String)>,
-    raw_labels: String,
-    value: f64,
+/// A parsed sample line, with the series written as PromQL reads it.
+trait SeriesText {
+    /// `name{a="x",b="y\"z"}`: the exposition's label escaping is PromQL's.
+    fn series(&self) -> String;
 }
 
-impl Sample {
-    fn label(&self, name: &str) -> Option<&str> {
-        self.labels.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-
-    /// The series as PromQL writes it (the exposition's escaping is PromQL's).
+impl SeriesText for Sample {
     fn series(&self) -> String {
-        format!("{}{{{}}}", self.name, self.raw_labels)
+        let labels: Vec<String> = self
+            .labels
+            .iter()
+            .map(|(name, value)| {
+                let escaped = value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+                format!("{name}=\"{escaped}\"")
+            })
+            .collect();
+        format!("{}{{{}}}", self.name, labels.join(","))
     }
 }
 
@@ -118,49 +119,8 @@ impl Scrape {
 }
 
 fn parse(text: &str) -> Vec<Sample> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|line| {
-            let (series, value) = line.rsplit_once(' ').unwrap();
-            let (name, raw_labels) = match series.split_once('{') {
-                Some((name, rest)) => (name, rest.strip_suffix('}').unwrap()),
-                None => (series, ""),
-            };
-            Sample {
-                name: name.to_string(),
-                labels: parse_labels(raw_labels),
-                raw_labels: raw_labels.to_string(),
-                value: value.parse().unwrap(),
-            }
-        })
-        .collect()
-}
-
-/// `a="x",b="y\"z"` -> pairs, unescaped.
-fn parse_labels(text: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut chars = text.chars().peekable();
-    while chars.peek().is_some() {
-        let name: String = chars.by_ref().take_while(|c| *c != '=').collect();
-        assert_eq!(chars.next(), Some('"'), "label {name} in {text}");
-        let mut value = String::new();
-        while let Some(c) = chars.next() {
-            match c {
-                '\\' => match chars.next() {
-                    Some('n') => value.push('\n'),
-                    Some(other) => value.push(other),
-                    None => panic!("dangling escape in {text}"),
-                },
-                '"' => break,
-                c => value.push(c),
-            }
-        }
-        out.push((name, value));
-        if chars.peek() == Some(&',') {
-            chars.next();
-        }
-    }
-    out
+    exposition_parser::parse(text.as_bytes(), Format::PrometheusText, &Limits::default(), |_| true)
+        .expect("the exporter's exposition parses")
 }
 
 fn now() -> f64 {
@@ -292,7 +252,7 @@ fn check_counter_identity(scrapes: &[Scrape]) {
                 .map(|(n, v)| format!("{n}={v:?}"))
                 .collect();
             let key = (sample.name.clone(), own.join(","));
-            sets.entry(key.clone()).or_default().insert(sample.raw_labels.clone());
+            sets.entry(key.clone()).or_default().insert(sample.series());
             seen_in.entry(key).or_default().push(i);
         }
     }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use gpu_metrics_adapter::expfmt::Limits;
+use exposition_parser::Limits;
 use gpu_metrics_adapter::http_client::HttpClient;
 use gpu_metrics_adapter::source::direct::discovery::{Target, Targets};
 use gpu_metrics_adapter::source::direct::{self, DirectSource};
@@ -227,13 +227,13 @@ async fn pods_case(pods: usize) {
 /// The same question answered by the router in-process (no socket, no TLS): the adapter's
 /// own compute cost.
 async fn in_process_case(pods: usize) {
+    use exposition_parser::{Format, parse};
     use gpu_metrics_adapter::api::{self, AppState};
     use gpu_metrics_adapter::auth::PeerCertificates;
     use gpu_metrics_adapter::auth::authn::Authenticator;
     use gpu_metrics_adapter::auth::authz::Authorizer;
     use gpu_metrics_adapter::auth::config::AuthnConfig;
     use gpu_metrics_adapter::auth::x509::CaBundle;
-    use gpu_metrics_adapter::expfmt::{Format, parse};
     use gpu_metrics_adapter::labels::LabelStore;
     use gpu_metrics_adapter::source::Sources;
     use gpu_metrics_adapter::source::direct::model::{FAMILIES, Report};

@@ -21,7 +21,6 @@ use crate::auth::authn::{Authenticator, TokenReviewer};
 use crate::auth::authz::Authorizer;
 use crate::auth::config::{self as authcfg, AuthnConfig, FileSettings};
 use crate::config::{Args, show_duration};
-use crate::expfmt::Limits;
 use crate::http_client::HttpClient;
 use crate::labels::LabelStore;
 use crate::server::{self, CertSlot, ServingCert};
@@ -30,6 +29,7 @@ use crate::source::Sources;
 use crate::source::direct::discovery::{Target, Targets};
 use crate::source::direct::{self, DirectSource};
 use crate::source::prometheus::{self, PrometheusSource, rules};
+use exposition_parser::Limits;
 
 /// Why the adapter cannot start.
 #[derive(Debug, thiserror::Error)]

@@ -4,14 +4,14 @@
 //! Data flows one way:
 //!
 //! ```text
-//! exporters ──scrape──> expfmt ──> source::direct::model (Report → Snapshot) ─┐
+//! exporters ──scrape──> exposition-parser ──> source::direct::model (Report → Snapshot) ─┐
 //! Prometheus <──PromQL── source::prometheus (rules) ──────────────────────────┤
 //! pod/node metadata watch ──> labels (labelSelector) ─────────────────────────┤
 //!                                                                             v
 //! client ──TLS──> server ──> api (auth::authn → path → auth::authz → read) ──> MetricValueList
 //! ```
 //!
-//! Pure cores (selector, quantity, expfmt, the direct-source model, API types and paths,
+//! Pure cores (selector, quantity, the direct-source model, API types and paths,
 //! rules rendering) do no I/O and are unit-tested; HTTP, TLS and the Kubernetes API live
 //! at the edges (`server`, `http_client`, `labels`, `auth::authn`/`authz`, `app`).
 
@@ -20,7 +20,6 @@ pub mod app;
 pub mod auth;
 pub mod certs;
 pub mod config;
-pub mod expfmt;
 pub mod http_client;
 pub mod labels;
 pub mod quantity;

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use gpu_metrics_adapter::expfmt::{Format, Limits, parse};
+use exposition_parser::{Format, Limits, parse};
 use gpu_metrics_adapter::selector::Selector;
 use gpu_metrics_adapter::source::direct::model::{FAMILIES, GpuMetric, Names, Report, Snapshot};
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
+use exposition_parser::{self, Format, Limits};
 use gpu_metrics_adapter::api::{self, AppState};
 use gpu_metrics_adapter::auth::PeerCertificates;
 use gpu_metrics_adapter::auth::authn::Authenticator;
@@ -16,7 +17,6 @@ use gpu_metrics_adapter::auth::authz::Authorizer;
 use gpu_metrics_adapter::auth::config::AuthnConfig;
 use gpu_metrics_adapter::auth::x509::CaBundle;
 use gpu_metrics_adapter::certs::Ca;
-use gpu_metrics_adapter::expfmt::{self, Format, Limits};
 use gpu_metrics_adapter::http_client::HttpClient;
 use gpu_metrics_adapter::labels::LabelStore;
 use gpu_metrics_adapter::source::Sources;
@@ -37,8 +37,10 @@ struct World {
 
 fn report(name: &str) -> Report {
     let text = support::fixture(name);
-    let samples =
-        expfmt::parse(text.as_bytes(), Format::PrometheusText, &Limits::default(), |n| FAMILIES.contains(&n)).unwrap();
+    let samples = exposition_parser::parse(text.as_bytes(), Format::PrometheusText, &Limits::default(), |n| {
+        FAMILIES.contains(&n)
+    })
+    .unwrap();
     Report::from_samples(&samples, direct::now_ms())
 }
 

@@ -271,15 +271,11 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
 
 /// The value of the first sample of `name` whose labels include all of `labels`.
 pub fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    exposition.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
-        let (series, value) = line.rsplit_once(' ')?;
-        let metric = series.split('{').next()?;
-        if metric != name {
-            return None;
-        }
-        let all = labels.iter().all(|(k, v)| series.contains(&format!("{k}=\"{v}\"")));
-        if all { value.parse().ok() } else { None }
-    })
+    let limits = exposition_parser::Limits::default();
+    let format = exposition_parser::Format::PrometheusText;
+    let parsed = exposition_parser::parse(exposition.as_bytes(), format, &limits, |family| family == name)
+        .expect("the exporter's exposition parses");
+    parsed.into_iter().find(|s| labels.iter().all(|(k, v)| s.label(k) == Some(v))).map(|s| s.value)
 }
 
 /// Every sample line of `name`.

@@ -2,7 +2,7 @@
 //! default and tiny limits, in both formats, then the direct source's report and snapshot.
 #![no_main]
 
-use gpu_metrics_adapter::expfmt::{Format, Limits, parse};
+use exposition_parser::{Format, Limits, parse};
 use gpu_metrics_adapter::selector::Selector;
 use gpu_metrics_adapter::source::direct::model::{FAMILIES, GpuMetric, Names, Report, Snapshot};
 use libfuzzer_sys::fuzz_target;

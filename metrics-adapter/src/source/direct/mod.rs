@@ -23,8 +23,8 @@ use http_body_util::Full;
 use self::discovery::{Target, Targets};
 use self::model::{GpuMetric, Kind, Names, Report, Snapshot};
 use super::{Listed, Objects, Point, Request};
-use crate::expfmt::{self, Format, Limits};
 use crate::http_client::HttpClient;
+use exposition_parser::{self, Format, Limits};
 
 /// Settings of the direct source.
 #[derive(Debug, Clone)]
@@ -76,7 +76,7 @@ pub enum ScrapeError {
         /// Target URL.
         url: String,
         /// Parser error.
-        source: expfmt::Error,
+        source: exposition_parser::Error,
     },
 }
 
@@ -250,7 +250,7 @@ impl DirectSource {
         }
         let format =
             Format::from_content_type(resp.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
-        let samples = expfmt::parse(&resp.body, format, &self.cfg.limits, |n| model::FAMILIES.contains(&n))
+        let samples = exposition_parser::parse(&resp.body, format, &self.cfg.limits, |n| model::FAMILIES.contains(&n))
             .map_err(|source| ScrapeError::Parse { url: url.to_owned(), source })?;
         Ok(Report::from_samples(&samples, fetched_at))
     }

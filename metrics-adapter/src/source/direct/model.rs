@@ -26,8 +26,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::expfmt::Sample;
 use crate::selector::{self, Selector};
+use exposition_parser::Sample;
 
 /// A label set shared between the structures that refer to it.
 pub type Labels = Arc<[(Arc<str>, Arc<str>)]>;
@@ -582,7 +582,7 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::expfmt::{Format, Limits, parse};
+    use exposition_parser::{Format, Limits, parse};
 
     const T: i64 = 1_700_000_000_000;
 

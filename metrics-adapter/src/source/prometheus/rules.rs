@@ -25,9 +25,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::expfmt::{is_label_name, is_metric_name};
 use crate::selector::{Operator, Selector, is_dns1123_subdomain};
 use crate::source::{ResourceInfo, builtin_resource};
+use exposition_parser::{is_label_name, is_metric_name};
 
 /// Why a rules file was refused.
 #[derive(Debug, thiserror::Error)]

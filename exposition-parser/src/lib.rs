@@ -1,5 +1,6 @@
-//! A parser for the Prometheus text exposition format 0.0.4 that also tolerates
-//! OpenMetrics 1.0 text (`# EOF`, `# UNIT`, timestamps in seconds, exemplars) and quoted
+//! The project's one parser of the Prometheus text exposition format 0.0.4 (the
+//! adapter's scrapes of the exporters, and every test that reads `/metrics`). It also
+//! tolerates OpenMetrics 1.0 text (`# EOF`, `# UNIT`, timestamps in seconds, exemplars) and quoted
 //! UTF-8 metric and label names.
 //!
 //! It is written for untrusted input: it never panics, works on one line at a time, and
