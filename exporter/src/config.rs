@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use flag_ranges::{Bounded, parse_duration, show_duration};
 
 /// Why the flags were refused.
@@ -42,15 +42,6 @@ pub enum ConfigError {
 }
 
 pub type Result<T, E = ConfigError> = std::result::Result<T, E>;
-
-/// Log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line, for cluster log pipelines.
-    Json,
-}
 
 /// Exporter flags.
 #[derive(Debug, Clone, Parser)]
@@ -112,12 +103,18 @@ pub struct Args {
     #[arg(long = "label", env = "GPU_EXPORTER_LABELS", value_delimiter = ',')]
     pub labels: Vec<String>,
 
-    /// Log level: error, warn, info, debug, trace (or a tracing filter).
-    #[arg(long = "log.level", env = "GPU_EXPORTER_LOG_LEVEL", default_value = "info")]
-    pub log_level: String,
+    /// Log level: error, warn, info, debug, trace or off, and optionally comma-separated
+    /// target=level pairs (e.g. info,gpu_exporter::health=debug).
+    #[arg(
+        long = "log.level",
+        env = "GPU_EXPORTER_LOG_LEVEL",
+        default_value = "info",
+        value_parser = crate::logging::parse_log_filter
+    )]
+    pub log_level: tracing_subscriber::filter::Targets,
 
     #[arg(long = "log.format", env = "GPU_EXPORTER_LOG_FORMAT", value_enum, default_value = "text")]
-    pub log_format: LogFormat,
+    pub log_format: crate::logging::LogFormat,
 
     /// How long in-flight scrapes (and the collector) may take to finish after SIGTERM,
     /// 0s to 2m (0s: stop at once). The kubelet kills the pod at the end of its grace

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use gpu_exporter::attribution::config::ApiMode;
 use gpu_exporter::collect::{self, CollectorSettings};
-use gpu_exporter::config::{Args, LogFormat};
+use gpu_exporter::config::Args;
 use gpu_exporter::health::KubeAccess;
 use gpu_exporter::render::RenderContext;
 use gpu_exporter::server::{AppState, router};
@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 fn main() -> ExitCode {
     gpu_exporter::process_memory::tune_allocator();
     let args = Args::parse();
-    init_logging(&args);
+    gpu_exporter::logging::init(args.log_level.clone(), args.log_format);
     if let Err(e) = args.validate() {
         tracing::error!("invalid configuration: {e}");
         eprintln!("gpu-exporter: {e}");
@@ -62,17 +62,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(args: &Args) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-    match args.log_format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
-}
-
 async fn run(
     args: Args,
     web_config: WebConfig,
@@ -107,6 +96,7 @@ async fn run(
         }
         false => None,
     };
+    tokio::spawn(release_startup_code(snapshots.clone()));
     let sections = health.as_ref().map(gpu_exporter::health::sections).unwrap_or_default();
     let app = router(AppState::with_sections(snapshots, context, sections));
     web::serve(listener, app, Arc::new(web_config), shutdown_signal(), args.shutdown_timeout)
@@ -118,6 +108,18 @@ async fn run(
     }
     collector.stop(args.shutdown_timeout);
     Ok(())
+}
+
+/// Once the first collection cycle is done, start-up is over: unmaps the start-up code
+/// (see `process_memory`).
+async fn release_startup_code(mut snapshots: tokio::sync::watch::Receiver<Arc<gpu_exporter::snapshot::Snapshot>>) {
+    if snapshots.wait_for(|snapshot| snapshot.generation > 0).await.is_err() {
+        return;
+    }
+    match gpu_exporter::process_memory::release_code_pages() {
+        Ok(bytes) => tracing::debug!(bytes, "released the start-up code pages"),
+        Err(e) => tracing::warn!("could not release the start-up code pages: {e}"),
+    }
 }
 
 /// Binds the first address that works: for `:PORT`, IPv6 dual-stack, else IPv4.
