@@ -1,7 +1,8 @@
 //! Helpers the workspace's integration tests share, so that no crate's tests carry a
-//! copy of another's: a test certificate authority ([`pki`]) and every rendering of the
-//! `deploy/` manifests ([`deploy`]). A dev-dependency only; nothing here ships.
+//! copy of another's: a test certificate authority ([`pki`]), a TLS client
+//! configuration ([`tls`]) and every rendering of the `deploy/` manifests ([`deploy`]). A dev-dependency only; nothing here ships.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
 pub mod deploy;
 pub mod pki;
+pub mod tls;

@@ -11,14 +11,14 @@ use axum::Router;
 use axum::extract::{Extension, State};
 use axum::routing::get;
 use https_edge::{ClientCa, HandshakeCheck, Options, PeerCertificates, ServeError, Transport, cert};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use test_support::pki::{Ca, Pair};
+use test_support::tls::ClientTls;
 
 /// The handler every test serves: says what the handshake checked, and what verifying
 /// the chain against `ca` now (deferred verification) says.
@@ -85,23 +85,15 @@ pub async fn start(transport: Transport, router: Router, options: Options) -> Ru
     Running { addr, stop: Some(stop), task }
 }
 
-/// A TLS client trusting `ca`, presenting `identity` if given.
+/// A TLS client trusting `ca`, presenting `identity` if given, without ALPN (the
+/// requests here are written as HTTP/1.1 by hand).
 pub fn client_tls(ca: &Ca, identity: Option<&Pair>) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap()).unwrap();
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    Arc::new(match identity {
-        Some(pair) => builder
-            .with_client_auth_cert(
-                vec![pair.cert_der()],
-                PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes()).unwrap(),
-            )
-            .unwrap(),
-        None => builder.with_no_client_auth(),
-    })
+    let mut tls = ClientTls::trusting(ca);
+    tls.alpn.clear();
+    if let Some(pair) = identity {
+        tls = tls.with_identity(pair);
+    }
+    tls.config()
 }
 
 /// What one request got back.
