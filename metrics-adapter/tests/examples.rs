@@ -105,7 +105,7 @@ fn hpa_metrics(docs: &[Value]) -> Vec<HpaMetric> {
         let hpa: HorizontalPodAutoscaler = serde_json::from_value(doc.clone()).unwrap();
         let name = hpa.metadata.name.clone().unwrap();
         let namespace = hpa.metadata.namespace.clone().unwrap_or_else(|| panic!("HPA {name} names no namespace"));
-        let spec = hpa.spec.unwrap();
+        let spec = hpa.spec;
         let r = &spec.scale_target_ref;
         let scale_target = (r.api_version.clone().unwrap_or_default(), r.kind.clone(), r.name.clone());
         for m in spec.metrics.unwrap_or_default() {

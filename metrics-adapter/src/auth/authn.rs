@@ -196,7 +196,7 @@ impl TokenReviewer {
             return r.map_err(Error::TokenRejected);
         }
         let review = TokenReview {
-            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
+            spec: TokenReviewSpec { token: token.to_owned(), audiences: None },
             ..TokenReview::default()
         };
         let api: Api<TokenReview> = Api::all(self.client.clone());

@@ -93,6 +93,7 @@ pub fn targets_of(slice: &EndpointSlice, port_name: &str, scheme: &str, path: &s
     slice
         .endpoints
         .iter()
+        .flatten()
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
         .flat_map(|e| {
             e.addresses.iter().map(move |a| Target {
