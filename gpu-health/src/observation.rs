@@ -93,4 +93,17 @@ pub struct GpuReadings {
     pub clock_events_active: Option<u64>,
     /// XID counts since the exporter started, by code.
     pub xid_counts: BTreeMap<u64, u64>,
+    /// The DRA devices the node's ResourceSlices publish for this GPU: the whole GPU and
+    /// each of its MIG instances. Empty where a device plugin hands the GPU out (or no
+    /// slice names it): then the GPU cannot be kept from the scheduler on its own.
+    pub dra_devices: Vec<DraDevice>,
+}
+
+/// A device as DRA names it: the driver, the pool within the driver and the device
+/// within the pool (a DeviceTaintRule selects on these three).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DraDevice {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
 }

@@ -2,7 +2,9 @@
 //! computed from, copied out of the exporter's own types. No policy here: thresholds
 //! and what a reading means live in `gpu-health`.
 
-use gpu_health::observation::{Ecc, GpuReadings, GpuState, Nvml, Observation, Recovery, RemappedRows, RetiredPages};
+use gpu_health::observation::{
+    DraDevice, Ecc, GpuReadings, GpuState, Nvml, Observation, Recovery, RemappedRows, RetiredPages,
+};
 use gpu_health_kube::Source;
 
 use crate::snapshot::{self, GpuSnapshot, NvmlDownReason, NvmlStatus, RecoveryAction, Snapshot};
@@ -27,10 +29,21 @@ pub fn observe(snapshot: &Snapshot) -> Observation {
         }
         NvmlStatus::Down { .. } => Nvml::Unusable,
     };
-    Observation { generation: snapshot.generation, nvml, gpus: snapshot.gpus.iter().map(gpu).collect() }
+    let gpus = snapshot.gpus.iter().map(|g| gpu(g, dra_devices(snapshot, &g.identity.uuid))).collect();
+    Observation { generation: snapshot.generation, nvml, gpus }
 }
 
-fn gpu(gpu: &GpuSnapshot) -> GpuReadings {
+/// The DRA devices published for the GPU `uuid`, from attribution's ResourceSlice watch.
+fn dra_devices(snapshot: &Snapshot, uuid: &str) -> Vec<DraDevice> {
+    let published = snapshot.attribution.as_ref().and_then(|a| a.dra_devices.get(uuid));
+    published
+        .into_iter()
+        .flatten()
+        .map(|d| DraDevice { driver: d.driver.clone(), pool: d.pool.clone(), device: d.device.clone() })
+        .collect()
+}
+
+fn gpu(gpu: &GpuSnapshot, dra_devices: Vec<DraDevice>) -> GpuReadings {
     let state = match &gpu.state {
         snapshot::GpuState::Ok => GpuState::Ok,
         snapshot::GpuState::Unknown => GpuState::Unknown,
@@ -60,6 +73,7 @@ fn gpu(gpu: &GpuSnapshot) -> GpuReadings {
         temperature_slowdown_celsius: r.and_then(|r| r.temperature_slowdown_celsius),
         clock_events_active: r.and_then(|r| r.clock_events).map(|c| c.active),
         xid_counts: gpu.xids.iter().map(|(code, x)| (*code, x.count)).collect(),
+        dra_devices,
     }
 }
 

@@ -233,6 +233,7 @@ mod tests {
                 errors: [("socket_missing", 3)].into_iter().collect(),
             }),
             pod_watch: Some(PodWatchHealth { up: false, pods: 4 }),
+            dra_devices: Default::default(),
         };
         Snapshot { gpus: vec![gpu(0), gpu(1)], attribution: Some(result), ..Snapshot::default() }
     }

@@ -117,4 +117,15 @@ pub struct AttributionResult {
     pub pod_resources: Option<PodResourcesHealth>,
     /// `None` when no API watch runs.
     pub pod_watch: Option<PodWatchHealth>,
+    /// GPU UUID to the DRA devices the node's ResourceSlices publish for it (the GPU and
+    /// its MIG instances); empty on a node where no DRA driver publishes GPUs.
+    pub dra_devices: BTreeMap<String, Vec<DraDeviceName>>,
+}
+
+/// A device as DRA names it (driver, pool, device), as published in a ResourceSlice.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DraDeviceName {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
 }
