@@ -84,13 +84,14 @@ fn main() {
     let mut pods = Vec::new();
     for pod in 0..PODS {
         let instance = pod % instances;
-        allocations.push(Allocation {
-            namespace: "inference".into(),
-            pod: format!("pool-{pod}"),
-            container: "server".into(),
-            resource: "nvidia.com/mig-1g.10gb".into(),
-            device_id: format!("{}::{}", instance_uuid(instance), pod / instances),
-        });
+        let replica = format!("{}::{}", instance_uuid(instance), pod / instances);
+        allocations.push(Allocation::plugin(
+            "inference",
+            &format!("pool-{pod}"),
+            "server",
+            "nvidia.com/mig-1g.10gb",
+            &replica,
+        ));
         pods.push(PodMeta {
             uid: uid(pod),
             namespace: "inference".into(),

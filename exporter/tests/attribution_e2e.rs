@@ -10,11 +10,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::kube_api::{ApiServer, NODE, serve};
+use common::kube_api::{ApiServer, NODE, kubeconfig, scenario_pod as api_pod, serve};
 use common::{Exporter, Launch, sample, samples, wait_for, write_scenario};
 use fake_kubelet::KubeletServer;
 use fake_nvml::scenario::Scenario;
-use serde_json::json;
 
 /// Three whole H100s: GPU 0 held by `train` alone, GPU 1 time-sliced between two pods,
 /// GPU 2 nobody's.
@@ -176,35 +175,6 @@ fn no_api_configuration_degrades_and_says_so_once() {
     assert!(logs.contains("/nonexistent/kubeconfig"), "the reason names the file: {logs}");
 }
 
-fn kubeconfig(dir: &Path, url: &str) -> String {
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\ncurrent-context: test\nusers:\n- name: test\n  user: {{}}\n"
-    );
-    let path = dir.join("kubeconfig");
-    std::fs::write(&path, text).unwrap();
-    path.display().to_string()
-}
-
-/// The scenario's pods as the API server has them.
-fn api_pod(scenario: &Scenario, index: usize, phase: &str) -> serde_json::Value {
-    let pod = &scenario.pods[index];
-    let containers: Vec<_> = pod.containers.iter().map(|c| json!({"name": c.name})).collect();
-    let statuses: Vec<_> = pod
-        .containers
-        .iter()
-        .map(|c| {
-            json!({"name": c.name, "containerID": format!("containerd://{}", c.id), "image": "i", "imageID": "",
-                   "ready": true, "restartCount": 0})
-        })
-        .collect();
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "labels": pod.labels},
-        "spec": {"nodeName": NODE, "containers": containers},
-        "status": {"phase": phase, "containerStatuses": statuses}
-    })
-}
-
 #[test]
 fn with_the_api_pods_carry_labels_and_an_ended_pod_leaves_while_the_kubelet_lists_it() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
@@ -271,6 +241,7 @@ fn device_ids_of_no_gpu_here_are_counted_and_ignored() {
             }],
             cpu_ids: vec![],
             memory: vec![],
+            dynamic_resources: vec![],
         }],
     });
     node.kubelet.lister().set_listing(listing);

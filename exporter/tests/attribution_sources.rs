@@ -12,7 +12,7 @@ use fake_kubelet::KubeletServer;
 use fake_nvml::scenario::Scenario;
 use gpu_exporter::attribution::cgroup::CgroupOwner;
 use gpu_exporter::attribution::kubelet::{self, KubeletCache};
-use gpu_exporter::attribution::pod_resources::{PodResourcesClient, ResourceFilter};
+use gpu_exporter::attribution::pod_resources::{AllocatedDevice, PodResourcesClient, ResourceFilter};
 use gpu_exporter::attribution::procfs::{PidOwner, ProcReader};
 use gpu_exporter::attribution::{Attributor, ContainerRef, Unattributed, pod_logs};
 use gpu_exporter::snapshot::{
@@ -98,11 +98,17 @@ fn list_over_the_socket_keeps_gpu_devices_as_the_plugin_named_them() {
     let allocations = runtime().block_on(client(server.socket()).list()).unwrap();
     assert_eq!(allocations.len(), 12, "one device per seed pod");
     let llm = allocations.iter().find(|a| a.pod == "llm-inference-70b").unwrap();
+    assert_eq!((llm.namespace.as_str(), llm.container.as_str()), ("ai-inference", "inference"));
     assert_eq!(
-        (llm.namespace.as_str(), llm.container.as_str(), llm.resource.as_str(), llm.device_id.as_str()),
-        ("ai-inference", "inference", "nvidia.com/mig-3g.40gb", "MIG-a0000000-0000-4000-8000-000000000001")
+        llm.device,
+        AllocatedDevice::Plugin {
+            resource: "nvidia.com/mig-3g.40gb".into(),
+            device_id: "MIG-a0000000-0000-4000-8000-000000000001".into()
+        }
     );
-    let replicas = allocations.iter().filter(|a| a.device_id.starts_with("GPU-a0000000-0000-4000-8000-000000000300::"));
+    let replicas = allocations
+        .iter()
+        .filter(|a| a.device_id().is_some_and(|id| id.starts_with("GPU-a0000000-0000-4000-8000-000000000300::")));
     assert_eq!(replicas.count(), 4);
 }
 
@@ -129,6 +135,7 @@ fn other_resources_are_ignored_unless_named() {
             ],
             cpu_ids: vec![2, 3],
             memory: vec![],
+            dynamic_resources: vec![],
         }],
     };
     let server =
@@ -139,11 +146,11 @@ fn other_resources_are_ignored_unless_named() {
     let mut named = PodResourcesClient::new(
         server.socket(),
         Duration::from_secs(2),
-        ResourceFilter { extra: vec!["nvidia.com/gpu.shared".into()] },
+        ResourceFilter { extra: vec!["nvidia.com/gpu.shared".into()], ..ResourceFilter::default() },
     );
     let found = rt.block_on(named.list()).unwrap();
     assert_eq!(found.len(), 1);
-    assert_eq!(found[0].device_id, "GPU-1::2");
+    assert_eq!(found[0].device_id(), Some("GPU-1::2"));
 }
 
 #[test]

@@ -41,6 +41,7 @@ const SCENARIOS: &[&str] = &[
     "h100-8gpu-node",
     "h200-mig-node",
     "seed-mixed-node",
+    "dra-node",
 ];
 
 fn golden_path(name: &str) -> PathBuf {

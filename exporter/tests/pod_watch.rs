@@ -45,13 +45,7 @@ fn gpu(index: u32) -> GpuSnapshot {
 }
 
 fn allocation(pod: &str, device: &str) -> Allocation {
-    Allocation {
-        namespace: "ai".into(),
-        pod: pod.into(),
-        container: "main".into(),
-        resource: "nvidia.com/gpu".into(),
-        device_id: device.into(),
-    }
+    Allocation::plugin("ai", pod, "main", "nvidia.com/gpu", device)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

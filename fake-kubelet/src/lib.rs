@@ -7,6 +7,8 @@
 //! - [`procfs`]: a fake `/proc/<pid>/{cgroup,stat}` for the scenario's GPU processes, in
 //!   the scenario's cgroup flavour.
 //! - [`pod_logs`]: a `/var/log/pods`-style tree naming the scenario's pods.
+//! - [`slices`]: the ResourceSlice the node's DRA driver would publish, for in-test API
+//!   servers.
 //!
 //! The scenario is the same file the simulated NVML library reads, so PIDs, device ids
 //! and pods agree between the two.
@@ -16,6 +18,7 @@ pub mod pod_logs;
 pub mod procfs;
 pub mod proto;
 pub mod server;
+pub mod slices;
 
 use std::path::Path;
 

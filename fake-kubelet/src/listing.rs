@@ -2,15 +2,19 @@
 //!
 //! Like a real kubelet, `List` names every container of every pod, with or without
 //! devices; device ids are what the NVIDIA device plugin reports (GPU UUID, MIG UUID, or
-//! `<uuid>::<replica>` under time-slicing). `GetAllocatableResources` lists each device
+//! `<uuid>::<replica>` under time-slicing), and devices held through ResourceClaims are
+//! in `dynamic_resources`, one entry per claim, by driver, pool and device name. `GetAllocatableResources` lists each device
 //! the node offers: every MIG instance, every whole GPU, and for time-sliced GPUs the
-//! replicas the scenario allocates.
+//! replicas the scenario allocates, except the GPUs the DRA driver publishes.
 
 use std::collections::BTreeSet;
 
-use fake_nvml::scenario::Scenario;
+use fake_nvml::scenario::{Container, Scenario};
 
-use crate::proto::{AllocatableResourcesResponse, ContainerDevices, ContainerResources, PodResources};
+use crate::proto::{
+    AllocatableResourcesResponse, CdiDevice, ClaimResource, ContainerDevices, ContainerResources, DynamicResource,
+    PodResources,
+};
 
 /// The `List` answer for a scenario.
 pub fn pod_resources(scenario: &Scenario) -> Vec<PodResources> {
@@ -42,7 +46,33 @@ pub fn pod_resources(scenario: &Scenario) -> Vec<PodResources> {
                             .collect(),
                         cpu_ids: Vec::new(),
                         memory: Vec::new(),
+                        dynamic_resources: dynamic_resources(scenario, &pod.namespace, c),
                     }
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// A container's claims as pod-resources reports them: one entry per claim.
+fn dynamic_resources(scenario: &Scenario, namespace: &str, container: &Container) -> Vec<DynamicResource> {
+    let Some(dra) = &scenario.dra else { return Vec::new() };
+    let claims: BTreeSet<&str> = container.claims.iter().map(|c| c.claim.as_str()).collect();
+    claims
+        .into_iter()
+        .map(|claim| DynamicResource {
+            claim_name: claim.to_string(),
+            claim_namespace: namespace.to_string(),
+            claim_resources: container
+                .claims
+                .iter()
+                .filter(|c| c.claim == claim)
+                .map(|c| ClaimResource {
+                    cdi_devices: vec![CdiDevice { name: format!("k8s.{}/claim={}-{}", dra.driver, claim, c.device) }],
+                    driver_name: dra.driver.clone(),
+                    pool_name: dra.pool.clone(),
+                    device_name: c.device.clone(),
+                    share_id: None,
                 })
                 .collect(),
         })
@@ -63,7 +93,9 @@ pub fn allocatable(scenario: &Scenario) -> AllocatableResourcesResponse {
         Some(d) => d.device_ids.push(id),
         None => devices.push(ContainerDevices { resource_name: resource, device_ids: vec![id], topology: None }),
     };
-    for gpu in &scenario.gpus {
+    // The DRA driver's GPUs are not the device plugin's to offer.
+    let dra_gpu = |index: u32| scenario.dra.as_ref().is_some_and(|d| d.publishes(index));
+    for gpu in scenario.gpus.iter().filter(|g| !dra_gpu(g.index)) {
         let bases: Vec<(String, String)> = match &gpu.mig {
             Some(instances) => {
                 instances.iter().map(|i| (format!("nvidia.com/mig-{}", i.profile.name), i.uuid.clone())).collect()

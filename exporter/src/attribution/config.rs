@@ -82,6 +82,16 @@ pub struct AttributionArgs {
     #[arg(long = "kubelet.resource-names", env = "GPU_EXPORTER_KUBELET_RESOURCE_NAMES", value_delimiter = ',')]
     pub resource_names: Vec<String>,
 
+    /// DRA drivers whose devices are GPUs, comma-separated; an empty value turns DRA
+    /// attribution (pod-resources' `dynamic_resources` and the ResourceSlice watch) off.
+    #[arg(
+        long = "kubelet.dra-drivers",
+        env = "GPU_EXPORTER_KUBELET_DRA_DRIVERS",
+        value_delimiter = ',',
+        default_value = super::pod_resources::DEFAULT_DRA_DRIVER
+    )]
+    pub dra_drivers: Vec<String>,
+
     /// The host's /proc, for `<pid>/cgroup` of GPU processes (NVML reports host PIDs).
     #[arg(long = "path.procfs", env = "GPU_EXPORTER_PATH_PROCFS", default_value = "/proc")]
     pub procfs: PathBuf,

@@ -6,9 +6,13 @@
 //! 1. **Ended pods are dropped first.** An allocation of a pod the directory says ended
 //!    (Succeeded, Failed, or absent from a synced API watch) is ignored even while the
 //!    kubelet still lists it; so is a process whose pod ended.
-//! 2. **Holders.** A device id is a GPU UUID, a MIG UUID, or a time-slicing / MPS replica
-//!    `<uuid>::<n>`; the part before `::` names the device. Ids that name no device of this
-//!    snapshot are counted as unknown and otherwise ignored.
+//! 2. **Holders.** A device plugin's id is a GPU UUID, a MIG UUID, or a time-slicing /
+//!    MPS replica `<uuid>::<n>`; the part before `::` names the device. A DRA allocation
+//!    names a device by driver, pool and name, which the node's ResourceSlices map to a
+//!    UUID; it keeps its claim's name for the owner labels. Allocations that name no
+//!    device of this snapshot (or, for DRA, none a slice publishes) are counted as
+//!    unknown and otherwise ignored. Pods that share one claim are holders of its device
+//!    like pods that share a time-sliced GPU.
 //! 3. **Exclusive.** A device with exactly one holder container is that container's: its
 //!    series carry the owner's labels, and the container's usage is the device's own
 //!    numbers (GPU utilization, or the MIG instance's GPM SM activity; used memory).
@@ -25,9 +29,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use regex::Regex;
 
 use super::directory::{PodDirectory, PodMeta};
-use super::pod_resources::Allocation;
+use super::pod_resources::{AllocatedDevice, Allocation};
 use super::procfs::PidOwner;
-use crate::snapshot::attribution::{AttributionResult, ContainerRef, MigRef, PodInfo, PodUsage, Unattributed};
+use super::resource_slices::SliceDirectory;
+use crate::snapshot::attribution::{
+    AttributionResult, ContainerRef, DraDeviceName, MigRef, PodInfo, PodUsage, Unattributed,
+};
 use crate::snapshot::{GpuSnapshot, MigInstance, ProcessUsage};
 
 /// Everything the join reads besides the GPUs.
@@ -38,6 +45,8 @@ pub struct Sources<'a> {
     /// Owner of every PID in the snapshot.
     pub pids: &'a HashMap<u32, PidOwner>,
     pub directory: &'a PodDirectory,
+    /// The node's DRA devices (empty without a ResourceSlice watch).
+    pub slices: &'a SliceDirectory,
     /// Pod labels to copy onto `gpu_pod_info`; `None` copies none.
     pub label_allowlist: Option<&'a Regex>,
 }
@@ -61,8 +70,8 @@ struct Device<'a> {
     mig: Option<&'a MigInstance>,
 }
 
-impl Device<'_> {
-    fn uuid(&self) -> &str {
+impl<'a> Device<'a> {
+    fn uuid(&self) -> &'a str {
         self.mig.map_or(&self.gpu.identity.uuid, |m| &m.uuid)
     }
 
@@ -107,25 +116,13 @@ pub fn join(gpus: &[GpuSnapshot], sources: &Sources<'_>) -> AttributionResult {
         .collect();
     let by_uuid: HashMap<&str, Device<'_>> = devices.iter().map(|d| (d.uuid(), *d)).collect();
 
-    // Holders per device, from the kubelet, without ended pods.
-    let mut holders: HashMap<&str, BTreeSet<ContainerRef>> = HashMap::new();
-    for a in sources.allocations {
-        if sources.directory.ended(&a.namespace, &a.pod) {
-            continue;
-        }
-        let Some(device) = by_uuid.get(device_uuid(&a.device_id)) else {
-            result.unknown_devices += 1;
-            continue;
-        };
-        holders.entry(device.uuid()).or_default().insert(ContainerRef {
-            namespace: a.namespace.clone(),
-            pod: a.pod.clone(),
-            container: a.container.clone(),
-        });
-    }
-    for (uuid, set) in &holders {
+    let holders = holders(&by_uuid, sources, &mut result.unknown_devices);
+    for (uuid, set) in &holders.by_device {
         if let (1, Some(only)) = (set.len(), set.first()) {
             result.owners.insert((*uuid).to_string(), only.clone());
+            if let Some(claim) = holders.claim(uuid, only) {
+                result.owner_claims.insert((*uuid).to_string(), claim);
+            }
         }
     }
 
@@ -133,7 +130,7 @@ pub fn join(gpus: &[GpuSnapshot], sources: &Sources<'_>) -> AttributionResult {
         if device.gpu.readings.is_none() {
             continue;
         }
-        let device_holders = holders.get(device.uuid());
+        let device_holders = holders.by_device.get(device.uuid());
         match device_holders {
             Some(set) if set.len() == 1 => {
                 if let Some(owner) = set.first() {
@@ -144,25 +141,81 @@ pub fn join(gpus: &[GpuSnapshot], sources: &Sources<'_>) -> AttributionResult {
                         exclusive: true,
                         utilization_percent: device.utilization(),
                         memory_used_bytes: device.used_memory().map(|b| b as f64),
+                        claim: holders.claim(device.uuid(), owner),
                     });
                 }
                 count_unattributed(device, sources, &mut result.unattributed);
             }
-            _ => shared(device, device_holders, sources, &mut result),
+            _ => shared(device, &holders, sources, &mut result),
         }
     }
     cap_per_gpu(gpus, &mut result);
     result.pods = pod_infos(&result, sources);
+    result.dra_devices = dra_devices(gpus, sources.slices);
     result
 }
 
+/// Who holds each device, from the kubelet, without ended pods.
+struct Holders<'a> {
+    by_device: HashMap<&'a str, BTreeSet<ContainerRef>>,
+    /// Per device, the claim through which each holder holds it (DRA allocations).
+    claims: HashMap<&'a str, BTreeMap<ContainerRef, String>>,
+}
+
+impl Holders<'_> {
+    fn claim(&self, uuid: &str, holder: &ContainerRef) -> Option<String> {
+        self.claims.get(uuid)?.get(holder).cloned()
+    }
+}
+
+/// Rule 2: each allocation to its device; `unknown` counts those that name none.
+fn holders<'a>(by_uuid: &HashMap<&'a str, Device<'a>>, sources: &Sources<'_>, unknown: &mut u64) -> Holders<'a> {
+    let mut holders = Holders { by_device: HashMap::new(), claims: HashMap::new() };
+    for a in sources.allocations {
+        if sources.directory.ended(&a.namespace, &a.pod) {
+            continue;
+        }
+        let uuid = match &a.device {
+            AllocatedDevice::Plugin { device_id, .. } => Some(device_uuid(device_id)),
+            AllocatedDevice::Claim { device, .. } => sources.slices.get(device).map(|d| d.uuid.as_str()),
+        };
+        let Some(device) = uuid.and_then(|u| by_uuid.get(u)) else {
+            *unknown += 1;
+            continue;
+        };
+        let holder =
+            ContainerRef { namespace: a.namespace.clone(), pod: a.pod.clone(), container: a.container.clone() };
+        if let AllocatedDevice::Claim { claim, .. } = &a.device {
+            holders.claims.entry(device.uuid()).or_default().insert(holder.clone(), claim.clone());
+        }
+        holders.by_device.entry(device.uuid()).or_default().insert(holder);
+    }
+    holders
+}
+
+/// Each GPU's DRA devices: the slice devices that are it, its MIG instances, or name it
+/// as their parent.
+fn dra_devices(gpus: &[GpuSnapshot], slices: &SliceDirectory) -> BTreeMap<String, Vec<DraDeviceName>> {
+    let mut out: BTreeMap<String, Vec<DraDeviceName>> = BTreeMap::new();
+    for (name, published) in &slices.devices {
+        let gpu = gpus.iter().find(|g| {
+            g.identity.uuid == published.uuid
+                || published.parent_uuid.as_deref() == Some(g.identity.uuid.as_str())
+                || g.mig.iter().flat_map(|m| &m.instances).any(|i| i.uuid == published.uuid)
+        });
+        if let Some(gpu) = gpu {
+            out.entry(gpu.identity.uuid.clone()).or_default().push(name.clone());
+        }
+    }
+    for names in out.values_mut() {
+        names.sort();
+    }
+    out
+}
+
 /// Rule 4: usage by process on a device with no single holder.
-fn shared(
-    device: &Device<'_>,
-    holders: Option<&BTreeSet<ContainerRef>>,
-    sources: &Sources<'_>,
-    result: &mut AttributionResult,
-) {
+fn shared(device: &Device<'_>, all: &Holders<'_>, sources: &Sources<'_>, result: &mut AttributionResult) {
+    let holders = all.by_device.get(device.uuid());
     // Whole GPUs have per-process SM samples (a process without one ran no kernel);
     // MIG instances have none.
     let sampled = device.mig.is_none();
@@ -192,6 +245,7 @@ fn shared(
         result.usage.push(PodUsage {
             gpu: device.gpu.index,
             mig: device.mig_ref(),
+            claim: all.claim(device.uuid(), &owner),
             owner,
             exclusive: false,
             utilization_percent: utilization,
@@ -339,6 +393,7 @@ pub fn allowed_labels(labels: &BTreeMap<String, String>, allow: &Regex) -> Vec<(
 mod tests {
     use super::super::cgroup::CgroupOwner;
     use super::super::directory::{ContainerMeta, PodPhase};
+    use super::super::resource_slices::SliceDevice;
     use super::*;
     use crate::snapshot::{GpuIdentity, GpuReadings, GpuState, MemoryReading, MigState};
 
@@ -377,13 +432,7 @@ mod tests {
     }
 
     fn alloc(pod: &str, container: &str, device: &str) -> Allocation {
-        Allocation {
-            namespace: "ns".into(),
-            pod: pod.into(),
-            container: container.into(),
-            resource: "nvidia.com/gpu".into(),
-            device_id: device.into(),
-        }
+        Allocation::plugin("ns", pod, container, "nvidia.com/gpu", device)
     }
 
     fn meta(pod: &str, containers: &[(&str, &str)], phase: Option<PodPhase>) -> PodMeta {
@@ -416,7 +465,8 @@ mod tests {
         pids: &HashMap<u32, PidOwner>,
         dir: &PodDirectory,
     ) -> AttributionResult {
-        join(gpus, &Sources { allocations, pids, directory: dir, label_allowlist: None })
+        let slices = SliceDirectory::default();
+        join(gpus, &Sources { allocations, pids, directory: dir, slices: &slices, label_allowlist: None })
     }
 
     fn usage<'a>(r: &'a AttributionResult, pod: &str) -> Vec<&'a PodUsage> {
@@ -506,6 +556,102 @@ mod tests {
         assert_eq!((idle[0].utilization_percent, idle[0].memory_used_bytes), (Some(0.0), Some(0.0)));
         assert_eq!(r.unattributed[&Unattributed::NotInPod], 1);
         assert!(r.memory_scaled_gpus.is_empty());
+    }
+
+    fn dra(device: &str) -> DraDeviceName {
+        DraDeviceName { driver: "gpu.nvidia.com".into(), pool: "node-a".into(), device: device.into() }
+    }
+
+    fn claim(pod: &str, container: &str, claim: &str, device: &str) -> Allocation {
+        Allocation {
+            namespace: "ns".into(),
+            pod: pod.into(),
+            container: container.into(),
+            device: AllocatedDevice::Claim { claim: claim.into(), device: dra(device) },
+        }
+    }
+
+    fn slices(devices: &[(&str, &str, Option<&str>)]) -> SliceDirectory {
+        let devices = devices.iter().map(|(name, uuid, parent)| {
+            let device = SliceDevice { uuid: (*uuid).into(), parent_uuid: parent.map(String::from), profile: None };
+            (dra(name), device)
+        });
+        SliceDirectory { devices: devices.collect() }
+    }
+
+    fn run_dra(
+        gpus: &[GpuSnapshot],
+        allocations: &[Allocation],
+        pids: &HashMap<u32, PidOwner>,
+        slices: &SliceDirectory,
+        dir: &PodDirectory,
+    ) -> AttributionResult {
+        join(gpus, &Sources { allocations, pids, directory: dir, slices, label_allowlist: None })
+    }
+
+    #[test]
+    fn a_dra_device_is_attributed_like_a_device_plugin_one_and_keeps_its_claim() {
+        let mut mig_gpu = gpu(1, 0, 10 * GIB);
+        mig_gpu.mig =
+            Some(MigState { instances: vec![instance(7, 9 * GIB, Some(40.0), vec![])], ..MigState::default() });
+        let gpus = [gpu(0, 70, 20 * GIB), mig_gpu];
+        let published = slices(&[("gpu-0", "GPU-0", None), ("gpu-1-mig-3g40gb-9-0", "MIG-7", Some("GPU-1"))]);
+        let dir = PodDirectory::new(
+            [meta("train", &[("main", "c1")], Some(PodPhase::Running)), meta("llm", &[("srv", "c2")], None)],
+            true,
+        );
+        let allocations =
+            [claim("train", "main", "train-gpu", "gpu-0"), claim("llm", "srv", "llm-slice", "gpu-1-mig-3g40gb-9-0")];
+        let r = run_dra(&gpus, &allocations, &HashMap::new(), &published, &dir);
+        assert_eq!(r.owners["GPU-0"], cref("train", "main"));
+        assert_eq!(r.owners["MIG-7"], cref("llm", "srv"));
+        assert_eq!(r.owner_claims["GPU-0"], "train-gpu");
+        assert_eq!(r.owner_claims["MIG-7"], "llm-slice");
+        let train = usage(&r, "train");
+        assert_eq!((train[0].utilization_percent, train[0].claim.as_deref()), (Some(70.0), Some("train-gpu")));
+        assert_eq!(usage(&r, "llm")[0].utilization_percent, Some(40.0));
+        assert_eq!(r.unknown_devices, 0);
+        assert_eq!(r.dra_devices["GPU-0"], vec![dra("gpu-0")]);
+        assert_eq!(r.dra_devices["GPU-1"], vec![dra("gpu-1-mig-3g40gb-9-0")]);
+    }
+
+    #[test]
+    fn pods_sharing_one_claim_split_its_gpu_by_process() {
+        let mut g = gpu(0, 60, 30 * GIB);
+        g.processes = vec![process(1, 10000, Some(35.0)), process(2, 8000, Some(20.0))];
+        let dir = PodDirectory::new(
+            [
+                meta("a", &[("main", "ca")], Some(PodPhase::Running)),
+                meta("b", &[("main", "cb")], Some(PodPhase::Running)),
+            ],
+            true,
+        );
+        let pids = HashMap::from([(1, in_pod("a", "ca")), (2, in_pod("b", "cb"))]);
+        let allocations = [claim("a", "main", "shared", "gpu-0"), claim("b", "main", "shared", "gpu-0")];
+        let r = run_dra(&[g], &allocations, &pids, &slices(&[("gpu-0", "GPU-0", None)]), &dir);
+        assert!(r.owners.is_empty() && r.owner_claims.is_empty(), "two holders: nobody owns the GPU");
+        let a = usage(&r, "a");
+        assert_eq!(
+            (a[0].utilization_percent, a[0].claim.as_deref(), a[0].exclusive),
+            (Some(35.0), Some("shared"), false)
+        );
+        assert_eq!(usage(&r, "b")[0].utilization_percent, Some(20.0));
+    }
+
+    #[test]
+    fn dra_devices_no_slice_maps_to_a_gpu_of_this_node_are_unknown_never_guessed() {
+        let gpus = [gpu(0, 10, GIB), gpu(1, 20, GIB)];
+        let dir = PodDirectory::new([meta("a", &[("main", "ca")], Some(PodPhase::Running))], true);
+        // gpu-1 is in no slice; gpu-9's slice names a GPU NVML does not report.
+        let published = slices(&[("gpu-9", "GPU-9", None)]);
+        let allocations =
+            [claim("a", "main", "x", "gpu-1"), claim("a", "main", "y", "gpu-9"), alloc("a", "main", "GPU-0")];
+        let r = run_dra(&gpus, &allocations, &HashMap::new(), &published, &dir);
+        assert_eq!(r.unknown_devices, 2);
+        assert_eq!(r.owners.keys().collect::<Vec<_>>(), ["GPU-0"], "the device plugin's GPU on the same node");
+        assert!(r.owner_claims.is_empty());
+        assert!(!r.owners.contains_key("GPU-1"), "not guessed from the device name");
+        assert!(r.dra_devices.is_empty(), "a slice device of no GPU here belongs to none");
     }
 
     #[test]
@@ -609,6 +755,7 @@ mod tests {
                 allocations: &[alloc("a", "c", "GPU-0")],
                 pids: &HashMap::new(),
                 directory: &dir,
+                slices: &SliceDirectory::default(),
                 label_allowlist: Some(&allow),
             },
         );

@@ -122,13 +122,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn allocation() -> Allocation {
-        Allocation {
-            namespace: "ns".into(),
-            pod: "p".into(),
-            container: "c".into(),
-            resource: "nvidia.com/gpu".into(),
-            device_id: "GPU-0".into(),
-        }
+        Allocation::plugin("ns", "p", "c", "nvidia.com/gpu", "GPU-0")
     }
 
     #[test]

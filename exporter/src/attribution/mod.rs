@@ -10,6 +10,8 @@
 //!   PIDs NVML reported, cached by PID and start time.
 //! - [`pod_watch`]: the node's pods from the Kubernetes API (names, phases, container
 //!   ids, labels); it is what lets ended pods leave at once.
+//! - [`resource_slices`]: the node's ResourceSlices from the Kubernetes API, which say
+//!   which GPU or MIG instance each DRA device (driver, pool, name) is.
 //! - [`pod_logs`]: pod names from `/var/log/pods` when there is no API server.
 //!
 //! [`join`] is the pure core; [`directory`] merges the pod sources; what it returns,
@@ -26,6 +28,7 @@ pub mod pod_resources;
 pub mod pod_watch;
 pub mod procfs;
 pub mod proto;
+pub mod resource_slices;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +46,7 @@ use self::kubelet::KubeletCache;
 use self::pod_resources::{PodResourcesClient, ResourceFilter};
 use self::pod_watch::PodWatch;
 use self::procfs::ProcReader;
+use self::resource_slices::SliceWatch;
 use crate::snapshot::GpuSnapshot;
 
 /// The attribution stage: holds the sources' latest state and joins it with a cycle's
@@ -51,6 +55,7 @@ use crate::snapshot::GpuSnapshot;
 pub struct Attributor {
     kubelet: Option<Arc<KubeletCache>>,
     watch: Option<Arc<PodWatch>>,
+    slices: Option<Arc<SliceWatch>>,
     pod_logs: Option<Arc<Mutex<PodDirectory>>>,
     procfs: Mutex<ProcReader>,
     labels: Option<Regex>,
@@ -64,6 +69,7 @@ impl Attributor {
         Attributor {
             kubelet: None,
             watch: None,
+            slices: None,
             pod_logs: None,
             procfs: Mutex::new(ProcReader::new(procfs)),
             labels,
@@ -83,6 +89,12 @@ impl Attributor {
         self
     }
 
+    /// Uses a ResourceSlice watch (fed by [`resource_slices::run`]).
+    pub fn with_slices(mut self, slices: Arc<SliceWatch>) -> Self {
+        self.slices = Some(slices);
+        self
+    }
+
     /// Uses a pod-log directory listing (fed by [`scan_pod_logs`]).
     pub fn with_pod_logs(mut self, logs: Arc<Mutex<PodDirectory>>) -> Self {
         self.pod_logs = Some(logs);
@@ -98,12 +110,14 @@ impl Attributor {
             Some(logs) => from_api.merged_with(&logs.lock().unwrap_or_else(PoisonError::into_inner)),
             None => from_api,
         };
+        let slices = self.slices.as_ref().map(|s| s.directory()).unwrap_or_default();
         let mut result = join::join(
             gpus,
             &join::Sources {
                 allocations: &allocations,
                 pids: &pids,
                 directory: &directory,
+                slices: &slices,
                 label_allowlist: self.labels.as_ref(),
             },
         );
@@ -119,6 +133,7 @@ impl Attributor {
         }
         result.pod_resources = self.kubelet.as_ref().map(|k| k.health());
         result.pod_watch = self.watch.as_ref().map(|w| w.health());
+        result.slice_watch = self.slices.as_ref().map(|s| s.health());
         result
     }
 }
@@ -131,11 +146,7 @@ pub async fn start(args: &AttributionArgs, node: &str) -> Arc<Attributor> {
     match args.socket() {
         Some(socket) => {
             let cache = Arc::new(KubeletCache::new(args.refresh_interval));
-            let mut client = PodResourcesClient::new(
-                socket,
-                args.timeout,
-                ResourceFilter { extra: args.resource_names.iter().filter(|r| !r.is_empty()).cloned().collect() },
-            );
+            let mut client = PodResourcesClient::new(socket, args.timeout, resource_filter(args));
             // The first list before the first cycle (bounded by --kubelet.timeout), so the
             // first snapshots already carry owners.
             kubelet::refresh(&mut client, &cache).await;
@@ -152,9 +163,15 @@ pub async fn start(args: &AttributionArgs, node: &str) -> Arc<Attributor> {
         ApiMode::Auto => match pod_watch::client(args.kubeconfig.as_deref()).await {
             Ok(client) => {
                 let watch = Arc::new(PodWatch::default());
-                tokio::spawn(pod_watch::run(client, node.to_string(), watch.clone()));
+                tokio::spawn(pod_watch::run(client.clone(), node.to_string(), watch.clone()));
                 tracing::info!(node, "watching this node's pods on the Kubernetes API");
                 attributor = attributor.with_watch(watch);
+                let drivers = resource_filter(args).dra_drivers;
+                if !drivers.is_empty() {
+                    let slices = Arc::new(SliceWatch::new(drivers));
+                    tokio::spawn(resource_slices::run(client, node.to_string(), slices.clone()));
+                    attributor = attributor.with_slices(slices);
+                }
             }
             Err(error) => tracing::warn!(
                 %error,
@@ -170,6 +187,12 @@ pub async fn start(args: &AttributionArgs, node: &str) -> Arc<Attributor> {
         attributor = attributor.with_pod_logs(logs);
     }
     Arc::new(attributor)
+}
+
+/// Which allocations are GPUs, from the flags (empty names dropped).
+fn resource_filter(args: &AttributionArgs) -> ResourceFilter {
+    let named = |names: &[String]| names.iter().filter(|r| !r.is_empty()).cloned().collect();
+    ResourceFilter { extra: named(&args.resource_names), dra_drivers: named(&args.dra_drivers) }
 }
 
 /// Rescans the pod log directory every `interval` (the first time an interval from now);

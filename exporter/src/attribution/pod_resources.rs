@@ -1,10 +1,16 @@
 //! The kubelet pod-resources v1 client: `List` over gRPC on the kubelet's unix socket.
 //!
-//! One call returns every container's device allocations. Only GPU resources are kept:
-//! `nvidia.com/gpu`, every `nvidia.com/mig-<profile>` (the device plugin's mixed MIG
-//! strategy) and any extra names given with `--kubelet.resource-names` (renamed or
-//! shared resources such as `nvidia.com/gpu.shared`). Device ids are kept as the
-//! device plugin reported them: a GPU UUID, a MIG UUID or a replica `<uuid>::<n>`.
+//! One call returns every container's device allocations. Only GPUs are kept:
+//! - from device plugins, the resources `nvidia.com/gpu`, every `nvidia.com/mig-<profile>`
+//!   (the device plugin's mixed MIG strategy) and any extra names given with
+//!   `--kubelet.resource-names` (renamed or shared resources such as
+//!   `nvidia.com/gpu.shared`), with device ids as the plugin reported them: a GPU UUID, a
+//!   MIG UUID or a replica `<uuid>::<n>`;
+//! - from Dynamic Resource Allocation (`dynamic_resources`, GA in Kubernetes 1.36), the
+//!   devices of the GPU drivers named by `--kubelet.dra-drivers` (`gpu.nvidia.com`), by
+//!   claim and by the driver, pool and device names; which GPU such a device is, only
+//!   the node's ResourceSlices say (see `resource_slices`). Other drivers' devices (NICs,
+//!   compute domains) are not GPUs and are skipped.
 //!
 //! The connection is made on first use and dropped after a failure, so a kubelet that
 //! restarts (and recreates its socket) is reconnected on the next refresh.
@@ -15,8 +21,9 @@ use std::time::Duration;
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint};
 
-use super::proto::ListPodResourcesRequest;
 use super::proto::pod_resources_lister_client::PodResourcesListerClient;
+use super::proto::{ListPodResourcesRequest, ListPodResourcesResponse};
+use crate::snapshot::attribution::DraDeviceName;
 
 /// The kubelet's limit on pod-resources messages (`podresources.DefaultMaxMsgSize`).
 const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -54,22 +61,66 @@ pub struct Allocation {
     pub namespace: String,
     pub pod: String,
     pub container: String,
-    pub resource: String,
-    /// As the device plugin reported it: `GPU-...`, `MIG-...`, or `<uuid>::<n>`.
-    pub device_id: String,
+    pub device: AllocatedDevice,
 }
 
-/// Which resource names are GPUs.
-#[derive(Debug, Clone, Default)]
-pub struct ResourceFilter {
-    pub extra: Vec<String>,
+/// How the kubelet names an allocated device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllocatedDevice {
+    /// A device plugin's: the resource and the id the plugin reported, `GPU-...`,
+    /// `MIG-...`, or `<uuid>::<n>`.
+    Plugin { resource: String, device_id: String },
+    /// A DRA driver's, held through the ResourceClaim `claim` of the pod's namespace.
+    Claim { claim: String, device: DraDeviceName },
 }
+
+impl Allocation {
+    /// A device plugin allocation.
+    pub fn plugin(namespace: &str, pod: &str, container: &str, resource: &str, device_id: &str) -> Self {
+        Allocation {
+            namespace: namespace.to_string(),
+            pod: pod.to_string(),
+            container: container.to_string(),
+            device: AllocatedDevice::Plugin { resource: resource.to_string(), device_id: device_id.to_string() },
+        }
+    }
+
+    /// The device plugin's id, for a device plugin allocation.
+    pub fn device_id(&self) -> Option<&str> {
+        match &self.device {
+            AllocatedDevice::Plugin { device_id, .. } => Some(device_id),
+            AllocatedDevice::Claim { .. } => None,
+        }
+    }
+}
+
+/// Which allocations are GPUs.
+#[derive(Debug, Clone)]
+pub struct ResourceFilter {
+    /// Device plugin resource names besides `nvidia.com/gpu` and `nvidia.com/mig-*`.
+    pub extra: Vec<String>,
+    /// DRA drivers whose devices are GPUs.
+    pub dra_drivers: Vec<String>,
+}
+
+impl Default for ResourceFilter {
+    fn default() -> Self {
+        ResourceFilter { extra: Vec::new(), dra_drivers: vec![DEFAULT_DRA_DRIVER.to_string()] }
+    }
+}
+
+/// NVIDIA's DRA driver for GPUs and MIG devices.
+pub const DEFAULT_DRA_DRIVER: &str = "gpu.nvidia.com";
 
 impl ResourceFilter {
     pub fn wants(&self, resource: &str) -> bool {
         resource == "nvidia.com/gpu"
             || resource.starts_with("nvidia.com/mig-")
             || self.extra.iter().any(|r| r == resource)
+    }
+
+    pub fn wants_driver(&self, driver: &str) -> bool {
+        self.dra_drivers.iter().any(|d| d == driver)
     }
 }
 
@@ -111,24 +162,40 @@ impl PodResourcesClient {
             None => self.client.insert(connect(&self.socket).await?),
         };
         let response = client.list(ListPodResourcesRequest {}).await?.into_inner();
-        let mut out = Vec::new();
-        for pod in response.pod_resources {
-            for container in pod.containers {
-                for devices in container.devices.into_iter().filter(|d| self.filter.wants(&d.resource_name)) {
-                    for device_id in devices.device_ids {
-                        out.push(Allocation {
-                            namespace: pod.namespace.clone(),
-                            pod: pod.name.clone(),
-                            container: container.name.clone(),
-                            resource: devices.resource_name.clone(),
-                            device_id,
-                        });
-                    }
+        Ok(gpu_allocations(response, &self.filter))
+    }
+}
+
+/// The GPU allocations of a `List` answer.
+pub fn gpu_allocations(response: ListPodResourcesResponse, filter: &ResourceFilter) -> Vec<Allocation> {
+    let mut out = Vec::new();
+    for pod in response.pod_resources {
+        for container in pod.containers {
+            let at = |device: AllocatedDevice| Allocation {
+                namespace: pod.namespace.clone(),
+                pod: pod.name.clone(),
+                container: container.name.clone(),
+                device,
+            };
+            for devices in container.devices.iter().filter(|d| filter.wants(&d.resource_name)) {
+                for device_id in &devices.device_ids {
+                    let resource = devices.resource_name.clone();
+                    out.push(at(AllocatedDevice::Plugin { resource, device_id: device_id.clone() }));
+                }
+            }
+            for claim in &container.dynamic_resources {
+                for resource in claim.claim_resources.iter().filter(|r| filter.wants_driver(&r.driver_name)) {
+                    let device = DraDeviceName {
+                        driver: resource.driver_name.clone(),
+                        pool: resource.pool_name.clone(),
+                        device: resource.device_name.clone(),
+                    };
+                    out.push(at(AllocatedDevice::Claim { claim: claim.claim_name.clone(), device }));
                 }
             }
         }
-        Ok(out)
     }
+    out
 }
 
 async fn connect(socket: &Path) -> Result<PodResourcesListerClient<Channel>> {
@@ -165,13 +232,47 @@ mod tests {
 
     #[test]
     fn gpu_resources_are_recognised() {
-        let filter = ResourceFilter { extra: vec!["nvidia.com/gpu.shared".into()] };
+        let filter = ResourceFilter { extra: vec!["nvidia.com/gpu.shared".into()], ..ResourceFilter::default() };
         for name in ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb", "nvidia.com/gpu.shared"] {
             assert!(filter.wants(name), "{name}");
         }
         for name in ["cpu", "nvidia.com/gpux", "amd.com/gpu", "example.com/mig-1g"] {
             assert!(!filter.wants(name), "{name}");
         }
+    }
+
+    #[test]
+    fn dra_claims_of_gpu_drivers_are_kept_by_claim_and_name() {
+        use super::super::proto::{CdiDevice, ClaimResource, ContainerResources, DynamicResource, PodResources};
+        let resource = |driver: &str, device: &str| ClaimResource {
+            cdi_devices: vec![CdiDevice { name: format!("k8s.{driver}/claim={device}") }],
+            driver_name: driver.into(),
+            pool_name: "node-a".into(),
+            device_name: device.into(),
+            share_id: None,
+        };
+        let response = ListPodResourcesResponse {
+            pod_resources: vec![PodResources {
+                name: "p".into(),
+                namespace: "ns".into(),
+                containers: vec![ContainerResources {
+                    name: "c".into(),
+                    dynamic_resources: vec![DynamicResource {
+                        claim_name: "gpus".into(),
+                        claim_namespace: "ns".into(),
+                        claim_resources: vec![resource("gpu.nvidia.com", "gpu-3"), resource("nic.example.com", "eth1")],
+                    }],
+                    ..ContainerResources::default()
+                }],
+            }],
+        };
+        let kept = gpu_allocations(response.clone(), &ResourceFilter::default());
+        assert_eq!(kept.len(), 1, "the NIC driver's device is not a GPU");
+        let device = DraDeviceName { driver: "gpu.nvidia.com".into(), pool: "node-a".into(), device: "gpu-3".into() };
+        assert_eq!(kept[0].device, AllocatedDevice::Claim { claim: "gpus".into(), device });
+        assert_eq!(kept[0].device_id(), None);
+        let off = ResourceFilter { dra_drivers: Vec::new(), ..ResourceFilter::default() };
+        assert!(gpu_allocations(response, &off).is_empty(), "--kubelet.dra-drivers= turns DRA off");
     }
 
     #[tokio::test]

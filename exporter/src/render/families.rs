@@ -215,11 +215,22 @@ pub const POD_RESOURCES_ERRORS: Family =
 pub const POD_RESOURCES_UNKNOWN_DEVICES: Family = gauge(
     "gpu_exporter_pod_resources_unknown_devices",
     None,
-    "Device ids the kubelet allocates under a GPU resource that match no GPU or MIG instance NVML reports.",
+    "GPU allocations the kubelet reports that match no GPU or MIG instance of this node: device plugin ids NVML \
+     does not report, and DRA devices no ResourceSlice maps to one.",
 );
 pub const POD_WATCH_UP: Family =
     gauge("gpu_exporter_pod_watch_up", None, "1 while the Kubernetes API pod watch is listed and watching.");
 pub const POD_WATCH_PODS: Family = gauge("gpu_exporter_pod_watch_pods", None, "Pods on this node the pod watch knows.");
+pub const SLICE_WATCH_UP: Family = gauge(
+    "gpu_exporter_resource_slice_watch_up",
+    None,
+    "1 while the Kubernetes API ResourceSlice watch is listed and watching.",
+);
+pub const SLICE_DEVICES: Family = gauge(
+    "gpu_exporter_resource_slice_devices",
+    None,
+    "GPU and MIG devices the node's ResourceSlices publish for the DRA GPU drivers.",
+);
 pub const UNATTRIBUTED_PROCESSES: Family = gauge(
     "gpu_exporter_unattributed_processes",
     None,
@@ -300,5 +311,7 @@ pub const ALL: &[Family] = &[
     POD_RESOURCES_UNKNOWN_DEVICES,
     POD_WATCH_UP,
     POD_WATCH_PODS,
+    SLICE_WATCH_UP,
+    SLICE_DEVICES,
     UNATTRIBUTED_PROCESSES,
 ];

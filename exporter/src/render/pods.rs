@@ -7,7 +7,8 @@
 //!
 //! `gpu_device_pod_info` is the attribution info family: one series per device (GPU or
 //! MIG instance) that exactly one container holds, with the same labels as the device's
-//! gauges. Counters carry no owner labels (see [`super`]); joining them with this family
+//! gauges. A device held through a ResourceClaim (DRA) adds `claim` after `container`,
+//! on the device's gauges, this family and the per-pod series alike. Counters carry no owner labels (see [`super`]); joining them with this family
 //! on the device labels names the holder.
 
 use std::collections::HashMap;
@@ -37,15 +38,25 @@ pub(super) fn with_owner_labels(snapshot: &Snapshot, base: &[LabelSet]) -> Vec<L
 /// Appends the owner labels of the device `uuid` (a GPU or MIG UUID) if one container
 /// holds it alone. MIG instance label sets call this with the MIG UUID.
 pub(super) fn push_owner_labels(labels: &mut LabelSet, snapshot: &Snapshot, uuid: &str) {
-    if let Some(owner) = snapshot.attribution.as_ref().and_then(|a| a.owners.get(uuid)) {
-        push_container(labels, owner);
+    if let Some(result) = &snapshot.attribution {
+        push_owner(labels, result, uuid);
     }
 }
 
-fn push_container(labels: &mut LabelSet, owner: &ContainerRef) {
+/// The owner labels of `uuid` from one result, `claim` last where DRA allocated it.
+fn push_owner(labels: &mut LabelSet, result: &AttributionResult, uuid: &str) -> bool {
+    let Some(owner) = result.owners.get(uuid) else { return false };
+    push_container(labels, owner, result.owner_claims.get(uuid).map(String::as_str));
+    true
+}
+
+fn push_container(labels: &mut LabelSet, owner: &ContainerRef, claim: Option<&str>) {
     labels.push("namespace", owner.namespace.as_str());
     labels.push("pod", owner.pod.as_str());
     labels.push("container", owner.container.as_str());
+    if let Some(claim) = claim {
+        labels.push("claim", claim);
+    }
 }
 
 /// Renders the pod and attribution families. `gpu_labels` are without owner labels.
@@ -65,7 +76,7 @@ pub(super) fn render_pods(enc: &mut dyn Exposition, snapshot: &Snapshot, gpu_lab
                 labels.push("compute_instance_id", mig.compute_instance_id.to_string());
                 labels.push("mig_uuid", mig.uuid.as_str());
             }
-            push_container(&mut labels, &u.owner);
+            push_container(&mut labels, &u.owner, u.claim.as_deref());
             Some(labels)
         })
         .collect();
@@ -115,16 +126,14 @@ fn render_device_pod_info(
 ) {
     enc.emit(&f::DEVICE_POD_INFO, &mut |s| {
         for (gpu, labels) in snapshot.gpus.iter().zip(gpu_labels) {
-            if let Some(owner) = result.owners.get(&gpu.identity.uuid) {
-                let mut l = labels.clone();
-                push_container(&mut l, owner);
+            let mut l = labels.clone();
+            if push_owner(&mut l, result, &gpu.identity.uuid) {
                 s.sample(&l, &[], 1.0);
             }
             for instance in gpu.mig.iter().flat_map(|m| &m.instances) {
-                if let Some(owner) = result.owners.get(&instance.uuid) {
-                    let mut l = labels.clone();
-                    super::mig::push_mig_labels(&mut l, instance);
-                    push_container(&mut l, owner);
+                let mut l = labels.clone();
+                super::mig::push_mig_labels(&mut l, instance);
+                if push_owner(&mut l, result, &instance.uuid) {
                     s.sample(&l, &[], 1.0);
                 }
             }
@@ -150,6 +159,10 @@ fn render_sources(enc: &mut dyn Exposition, result: &AttributionResult, own: &La
     if let Some(watch) = &result.pod_watch {
         enc.emit(&f::POD_WATCH_UP, &mut |s| s.sample(own, &[], flag(watch.up)));
         enc.emit(&f::POD_WATCH_PODS, &mut |s| s.sample(own, &[], watch.pods as f64));
+    }
+    if let Some(slices) = &result.slice_watch {
+        enc.emit(&f::SLICE_WATCH_UP, &mut |s| s.sample(own, &[], flag(slices.up)));
+        enc.emit(&f::SLICE_DEVICES, &mut |s| s.sample(own, &[], slices.devices as f64));
     }
     enc.emit(&f::UNATTRIBUTED_PROCESSES, &mut |s| {
         for reason in Unattributed::ALL {
@@ -203,6 +216,7 @@ mod tests {
                     exclusive: true,
                     utilization_percent: Some(70.0),
                     memory_used_bytes: Some(1024.0),
+                    claim: None,
                 },
                 PodUsage {
                     gpu: 1,
@@ -216,6 +230,7 @@ mod tests {
                     exclusive: true,
                     utilization_percent: None,
                     memory_used_bytes: Some(2048.0),
+                    claim: None,
                 },
             ],
             pods: vec![PodInfo {
@@ -233,6 +248,8 @@ mod tests {
                 errors: [("socket_missing", 3)].into_iter().collect(),
             }),
             pod_watch: Some(PodWatchHealth { up: false, pods: 4 }),
+            slice_watch: None,
+            owner_claims: Default::default(),
             dra_devices: Default::default(),
         };
         Snapshot { gpus: vec![gpu(0), gpu(1)], attribution: Some(result), ..Snapshot::default() }

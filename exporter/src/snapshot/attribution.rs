@@ -40,6 +40,8 @@ pub struct PodUsage {
     pub utilization_percent: Option<f64>,
     /// Bytes, after the memory cap (see [`AttributionResult::memory_scaled_gpus`]).
     pub memory_used_bytes: Option<f64>,
+    /// The ResourceClaim through which the container holds the device (DRA).
+    pub claim: Option<String>,
 }
 
 /// A pod that appears in the per-pod families, for `gpu_pod_info`.
@@ -99,6 +101,17 @@ pub struct PodWatchHealth {
     pub pods: usize,
 }
 
+/// The ResourceSlice watch's health; `None` in [`AttributionResult`] when no watch runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SliceWatchHealth {
+    /// Listed and watching, with no error since the last list.
+    pub up: bool,
+    /// False while the cluster answers that it serves no ResourceSlices.
+    pub served: bool,
+    /// GPU devices (whole GPUs and MIG devices) the node's slices publish.
+    pub devices: usize,
+}
+
 /// The join's result for one snapshot.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AttributionResult {
@@ -117,6 +130,10 @@ pub struct AttributionResult {
     pub pod_resources: Option<PodResourcesHealth>,
     /// `None` when no API watch runs.
     pub pod_watch: Option<PodWatchHealth>,
+    /// `None` when no ResourceSlice watch runs.
+    pub slice_watch: Option<SliceWatchHealth>,
+    /// Device UUID to the claim through which its only holder holds it (DRA).
+    pub owner_claims: BTreeMap<String, String>,
     /// GPU UUID to the DRA devices the node's ResourceSlices publish for it (the GPU and
     /// its MIG instances); empty on a node where no DRA driver publishes GPUs.
     pub dra_devices: BTreeMap<String, Vec<DraDeviceName>>,

@@ -3,12 +3,19 @@
 //! `spec.nodeName=<NODE>` is answered), `resourceVersion`, JSON-line watch streams,
 //! bookmarks, and `410 Gone` for a resourceVersion older than its history (after which
 //! kube-runtime relists). Every request is recorded for the test to check.
+//!
+//! ResourceSlices (`/apis/resource.k8s.io/v1/resourceslices`, same field selector) are
+//! served once [`ApiServer::serve_slices`] gave some: a list, then a watch that sends a
+//! bookmark and stays open. Before that the path answers 404, as on a cluster without
+//! DRA.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use fake_nvml::scenario::Scenario;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::Frame;
 use hyper::{Request, Response};
@@ -36,6 +43,9 @@ struct State {
     streams: Vec<mpsc::UnboundedSender<Value>>,
     /// Answer the next watch with 410 Gone.
     expire_next_watch: bool,
+    /// `None`: the ResourceSlice API is not served.
+    slices: Option<Vec<Value>>,
+    slice_streams: Vec<mpsc::UnboundedSender<Value>>,
     seen: Vec<Seen>,
 }
 
@@ -104,6 +114,11 @@ impl ApiServer {
         s.streams.clear();
     }
 
+    /// Serves these ResourceSlices from now on.
+    pub fn serve_slices(&self, slices: Vec<Value>) {
+        self.state().slices = Some(slices);
+    }
+
     pub fn seen(&self) -> Vec<Seen> {
         self.state().seen.clone()
     }
@@ -112,9 +127,13 @@ impl ApiServer {
         let path = request.uri().path().to_string();
         let query = parse_query(request.uri().query().unwrap_or(""));
         self.state().seen.push(Seen { path: path.clone(), query: query.clone() });
-        if path != "/api/v1/pods"
-            || query.get("fieldSelector").map(String::as_str) != Some(&format!("spec.nodeName={NODE}"))
-        {
+        let on_node = query.get("fieldSelector").map(String::as_str) == Some(&format!("spec.nodeName={NODE}"));
+        if path == "/apis/resource.k8s.io/v1/resourceslices" && on_node {
+            if let Some(response) = self.slices(&query) {
+                return response;
+            }
+        }
+        if path != "/api/v1/pods" || !on_node {
             return json_response(
                 404,
                 &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404}),
@@ -129,6 +148,25 @@ impl ApiServer {
             200,
             &json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": s.resource_version.to_string()}, "items": items}),
         )
+    }
+
+    /// The slice list or watch; `None` while the API is not served.
+    fn slices(&self, query: &BTreeMap<String, String>) -> Option<Response<BoxBody<Bytes, Infallible>>> {
+        let mut s = self.state();
+        let items = s.slices.clone()?;
+        let version = s.resource_version.to_string();
+        if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let bookmark = json!({"type": "BOOKMARK", "object": {
+                "kind": "ResourceSlice", "apiVersion": "resource.k8s.io/v1", "metadata": {"resourceVersion": version}
+            }});
+            let _ = tx.send(bookmark);
+            s.slice_streams.push(tx);
+            return Some(event_stream(rx));
+        }
+        let list = json!({"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
+                          "metadata": {"resourceVersion": version}, "items": items});
+        Some(json_response(200, &list))
     }
 
     fn watch(&self, query: &BTreeMap<String, String>) -> Response<BoxBody<Bytes, Infallible>> {
@@ -154,18 +192,24 @@ impl ApiServer {
             let _ = tx.send(bookmark);
             s.streams.push(tx);
         }
-        let stream = futures::stream::unfold(rx, |mut rx| async move {
-            let event = rx.recv().await?;
-            let mut line = serde_json::to_vec(&event).unwrap();
-            line.push(b'\n');
-            Some((Ok::<_, Infallible>(Frame::data(Bytes::from(line))), rx))
-        });
-        Response::builder()
-            .status(200)
-            .header("content-type", "application/json")
-            .body(BoxBody::new(StreamBody::new(stream)))
-            .unwrap()
+        drop(s);
+        event_stream(rx)
     }
+}
+
+/// A watch response: one JSON event per line, as events arrive.
+fn event_stream(rx: mpsc::UnboundedReceiver<Value>) -> Response<BoxBody<Bytes, Infallible>> {
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        let event = rx.recv().await?;
+        let mut line = serde_json::to_vec(&event).unwrap();
+        line.push(b'\n');
+        Some((Ok::<_, Infallible>(Frame::data(Bytes::from(line))), rx))
+    });
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(BoxBody::new(StreamBody::new(stream)))
+        .unwrap()
 }
 
 fn json_response(status: u16, body: &Value) -> Response<BoxBody<Bytes, Infallible>> {
@@ -230,4 +274,34 @@ pub async fn serve(server: ApiServer) -> String {
         }
     });
     format!("http://{address}")
+}
+
+/// A kubeconfig under `dir` for the server at `url`, without credentials.
+pub fn kubeconfig(dir: &Path, url: &str) -> String {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\ncurrent-context: test\nusers:\n- name: test\n  user: {{}}\n"
+    );
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// Pod `index` of the scenario as the API server has it, on [`NODE`].
+pub fn scenario_pod(scenario: &Scenario, index: usize, phase: &str) -> serde_json::Value {
+    let pod = &scenario.pods[index];
+    let containers: Vec<_> = pod.containers.iter().map(|c| json!({"name": c.name})).collect();
+    let statuses: Vec<_> = pod
+        .containers
+        .iter()
+        .map(|c| {
+            json!({"name": c.name, "containerID": format!("containerd://{}", c.id), "image": "i", "imageID": "",
+                   "ready": true, "restartCount": 0})
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "labels": pod.labels},
+        "spec": {"nodeName": NODE, "containers": containers},
+        "status": {"phase": phase, "containerStatuses": statuses}
+    })
 }

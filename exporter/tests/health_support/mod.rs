@@ -542,6 +542,10 @@ fn serve(c: &mut Cluster, r: &Request, accept: &str) -> Response {
                 )
             }
         }
+        // Attribution's ResourceSlice watch: this cluster has no DRA, as a 1.33 one.
+        ("GET", ["apis", "resource.k8s.io", "v1", "resourceslices"]) => {
+            status(404, "NotFound", "the server could not find the requested resource")
+        }
         ("GET", ["api", "v1", "pods"]) => {
             let watch = query_param(&r.query, "watch").is_some_and(|w| w == "true" || w == "1");
             if !watch {

@@ -10,6 +10,7 @@
 //! ([`mig`]); pods, their device allocations and their GPU processes are described in
 //! [`pods`].
 
+pub mod dra;
 pub mod fault;
 pub mod mig;
 pub mod pods;
@@ -19,9 +20,10 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+pub use dra::{Dra, PublishedDevice};
 pub use fault::{ClockEventReason, Fault, FaultKind, RecoveryAction};
 pub use mig::MigInstance;
-pub use pods::{Container, KubeletSpec, Pod, Process};
+pub use pods::{ClaimedDevice, Container, KubeletSpec, Pod, Process};
 pub use signal::Signal;
 
 use crate::models::{self, Model};
@@ -60,6 +62,8 @@ pub struct ScenarioFile {
     /// How the simulated kubelet names cgroups; defaults to cgroup v2, systemd, containerd.
     #[serde(default)]
     pub kubelet: KubeletSpec,
+    /// The node's DRA driver, when GPUs are allocated through ResourceClaims.
+    pub dra: Option<dra::DraSpec>,
     #[serde(default)]
     pub pods: Vec<pods::PodSpec>,
     /// GPU processes that belong to no pod.
@@ -159,6 +163,8 @@ pub struct Scenario {
     pub cuda_driver_version: i32,
     pub gpus: Vec<Gpu>,
     pub kubelet: KubeletSpec,
+    /// `None` where no DRA driver publishes GPUs.
+    pub dra: Option<Dra>,
     pub pods: Vec<Pod>,
     /// Every GPU process, in pods or not.
     pub processes: Vec<Process>,
@@ -250,7 +256,8 @@ fn resolve(raw: ScenarioFile) -> Result<Scenario, FieldError> {
         }
         gpus.push(gpu);
     }
-    let (pods, processes) = pods::resolve(&gpus, raw.pods, raw.host_processes)?;
+    let dra = raw.dra.map(|spec| dra::resolve(spec, &gpus)).transpose()?;
+    let (pods, processes) = pods::resolve(&gpus, dra.as_ref(), raw.pods, raw.host_processes)?;
     if !matches!(raw.kubelet.cgroup_version, 1 | 2) {
         return Err(("kubelet.cgroup_version".into(), format!("{} is not 1 or 2", raw.kubelet.cgroup_version)));
     }
@@ -259,6 +266,7 @@ fn resolve(raw: ScenarioFile) -> Result<Scenario, FieldError> {
         cuda_driver_version,
         gpus,
         kubelet: raw.kubelet,
+        dra,
         pods,
         processes,
     })
@@ -539,6 +547,79 @@ mod tests {
 "
         );
         assert!(refused(&whole_mig_gpu).1.contains("in MIG mode"));
+    }
+
+    #[test]
+    fn claims_name_the_dra_drivers_devices_and_pods_of_a_namespace_share_one() {
+        let text = format!(
+            "{MIG_NODE}dra: {{pool: node-a}}
+pods:
+  - {{namespace: a, name: p, containers: [{{name: c, claims: [{{name: slice, gpu: 0, mig: 1}}, {{name: whole, gpu: 1}}]}}]}}
+  - {{namespace: a, name: q, containers: [{{name: c, claims: [{{name: whole, gpu: 1}}]}}]}}
+"
+        );
+        let s = Scenario::parse("n.yaml", &text).unwrap();
+        let dra = s.dra.as_ref().unwrap();
+        assert_eq!(
+            (dra.driver.as_str(), dra.pool.as_str(), dra.gpus.clone()),
+            ("gpu.nvidia.com", "node-a", vec![0, 1])
+        );
+        let published = dra.devices(&s.gpus);
+        assert_eq!(published.len(), 3, "two 3g.40gb instances and one whole GPU: {published:?}");
+        let instance = &s.gpus[0].mig.as_ref().unwrap()[1];
+        let slice = &s.pods[0].containers[0].claims[0];
+        assert_eq!(slice.uuid, instance.uuid);
+        assert_eq!(
+            slice.device,
+            format!("gpu-0-mig-3g40gb-{}-{}", instance.profile.profile_id, instance.placement_start)
+        );
+        let mig = published.iter().find(|d| d.uuid == instance.uuid).unwrap();
+        assert_eq!(
+            (mig.parent_uuid.as_deref(), mig.profile.as_deref()),
+            (Some(s.gpus[0].uuid.as_str()), Some("3g.40gb"))
+        );
+        assert_eq!(s.pods[1].containers[0].claims[0].device, "gpu-1");
+    }
+
+    #[test]
+    fn claims_the_driver_could_not_allocate_are_refused() {
+        let other_claim = format!(
+            "{MIG_NODE}dra: {{}}
+pods:
+  - {{namespace: a, name: p, containers: [{{name: c, claims: [{{name: one, gpu: 1}}]}}]}}
+  - {{namespace: a, name: q, containers: [{{name: c, claims: [{{name: two, gpu: 1}}]}}]}}
+"
+        );
+        let (field, reason) = refused(&other_claim);
+        assert_eq!(field, "pods[1].containers[0].claims[0]");
+        assert!(reason.contains("already allocated to claim a/one"), "{reason}");
+        let other_namespace =
+            other_claim.replace("name: two", "name: one").replace("namespace: a, name: q", "namespace: b, name: q");
+        assert!(refused(&other_namespace).1.contains("already allocated to claim a/one"));
+        let plugin_on_dra = format!(
+            "{MIG_NODE}dra: {{gpus: [1]}}
+pods:
+  - {{namespace: a, name: p, containers: [{{name: c, devices: [{{resource: nvidia.com/gpu, gpu: 1}}]}}]}}
+"
+        );
+        assert!(refused(&plugin_on_dra).1.contains("allocate it through a claim"));
+        let unpublished = format!(
+            "{MIG_NODE}dra: {{gpus: [1]}}
+pods:
+  - {{namespace: a, name: p, containers: [{{name: c, claims: [{{name: x, gpu: 0, mig: 0}}]}}]}}
+"
+        );
+        assert!(refused(&unpublished).1.contains("does not publish GPU 0"));
+        let whole_mig_gpu = unpublished.replace("gpus: [1]", "gpus: [0, 1]").replace(", mig: 0", "");
+        assert!(refused(&whole_mig_gpu).1.contains("in MIG mode"));
+        let no_driver = format!(
+            "{MIG_NODE}pods:\n  - {{namespace: a, name: p, containers: [{{name: c, claims: [{{name: x, gpu: 1}}]}}]}}\n"
+        );
+        assert!(refused(&no_driver).1.contains("no `dra` section"));
+        assert_eq!(
+            refused(&format!("{MIG_NODE}dra: {{gpus: [5]}}\n")),
+            ("dra.gpus".to_string(), "there is no GPU 5".to_string())
+        );
     }
 
     #[test]

@@ -18,10 +18,12 @@
 //! ```
 //! A device entry names a whole GPU (`gpu: 2`), a MIG instance (`gpu: 0, mig: 1`, by its
 //! position in the layout) or a time-slicing replica (`gpu: 2, replica: 3`, the device
-//! plugin's `<uuid>::3`).
+//! plugin's `<uuid>::3`). A claim entry (`claims: [{name: c, gpu: 0, mig: 1}]`) names a
+//! device the node's DRA driver publishes (see [`super::dra`]).
 
 use serde::Deserialize;
 
+use super::dra::{self, Dra};
 use super::{Gpu, Signal};
 
 /// How the node's container runtime names cgroups.
@@ -103,8 +105,21 @@ pub struct ContainerSpec {
     pub id: Option<String>,
     #[serde(default)]
     pub devices: Vec<DeviceRef>,
+    /// Devices allocated through ResourceClaims.
+    #[serde(default)]
+    pub claims: Vec<ClaimRef>,
     #[serde(default)]
     pub processes: Vec<ProcessSpec>,
+}
+
+/// A device allocated through a ResourceClaim of the pod's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimRef {
+    /// The ResourceClaim's name.
+    pub name: String,
+    pub gpu: u32,
+    pub mig: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -162,6 +177,18 @@ pub struct Container {
     pub id: String,
     /// Resource name and device id as the kubelet reports them.
     pub devices: Vec<(String, String)>,
+    /// Devices allocated through claims.
+    pub claims: Vec<ClaimedDevice>,
+}
+
+/// A device a container holds through a claim, as pod-resources reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedDevice {
+    pub claim: String,
+    /// The device's name in the DRA driver's pool.
+    pub device: String,
+    /// `GPU-...` or `MIG-...`, for checks.
+    pub uuid: String,
 }
 
 /// A process NVML reports, resolved.
@@ -216,6 +243,7 @@ fn fnv(bytes: &[u8]) -> u64 {
 /// reports (GPU UUID, MIG UUID, or `<uuid>::<replica>`). Errors are (field, reason).
 pub(super) fn resolve(
     gpus: &[Gpu],
+    dra: Option<&Dra>,
     specs: Vec<PodSpec>,
     host: Vec<ProcessSpec>,
 ) -> Result<(Vec<Pod>, Vec<Process>), (String, String)> {
@@ -250,6 +278,11 @@ pub(super) fn resolve(
             let owner = format!("{}/{}/{}", pod.namespace, pod.name, spec.name);
             let mut devices = Vec::new();
             for (d, device) in spec.devices.iter().enumerate() {
+                if dra.is_some_and(|dra| dra.publishes(device.gpu)) {
+                    let reason =
+                        format!("GPU {} is the DRA driver's (dra.gpus): allocate it through a claim", device.gpu);
+                    return Err((at(&format!("devices[{d}]")), reason));
+                }
                 let device_id = device_id(gpus, device).map_err(|r| (at(&format!("devices[{d}]")), r))?;
                 if let Some((_, holder)) = taken.iter().find(|(id, _)| *id == device_id) {
                     return Err((
@@ -260,12 +293,14 @@ pub(super) fn resolve(
                 taken.push((device_id.clone(), owner.clone()));
                 devices.push((device.resource.clone(), device_id));
             }
+            let claims = resolve_claims(gpus, dra, &pod.namespace, &spec.claims, &mut taken)
+                .map_err(|(i, r)| (at(&format!("claims[{i}]")), r))?;
             for (i, process) in spec.processes.into_iter().enumerate() {
                 let resolved = resolve_process(gpus, process, Some((pods_out.len(), c)))
                     .map_err(|(f, r)| (at(&format!("processes[{i}].{f}")), r))?;
                 processes.push(resolved);
             }
-            containers.push(Container { name: spec.name, id, devices });
+            containers.push(Container { name: spec.name, id, devices, claims });
         }
         pods_out.push(Pod {
             namespace: pod.namespace,
@@ -287,6 +322,51 @@ pub(super) fn resolve(
         return Err(("pods".into(), format!("PID {} is used by two processes", w[0])));
     }
     Ok((pods_out, processes))
+}
+
+/// A container's claims, against the DRA driver's devices. A device is one claim's:
+/// pods of the namespace that name the same claim share it. The error is (index, reason).
+fn resolve_claims(
+    gpus: &[Gpu],
+    dra: Option<&Dra>,
+    namespace: &str,
+    specs: &[ClaimRef],
+    taken: &mut Vec<(String, String)>,
+) -> Result<Vec<ClaimedDevice>, (usize, String)> {
+    let mut out = Vec::with_capacity(specs.len());
+    for (i, claim) in specs.iter().enumerate() {
+        let fail = |reason: String| (i, reason);
+        let dra = dra.ok_or_else(|| fail("the scenario has no `dra` section: no driver publishes devices".into()))?;
+        if claim.name.is_empty() {
+            return Err(fail("a claim has a name".into()));
+        }
+        if !dra.publishes(claim.gpu) {
+            return Err(fail(format!("the DRA driver does not publish GPU {} (dra.gpus)", claim.gpu)));
+        }
+        let gpu = gpus.get(claim.gpu as usize).ok_or_else(|| fail(format!("there is no GPU {}", claim.gpu)))?;
+        let instance = match (claim.mig, &gpu.mig) {
+            (Some(m), Some(instances)) => Some(instances.get(m as usize).ok_or_else(|| {
+                fail(format!("GPU {} has no MIG instance {m} (it has {})", claim.gpu, instances.len()))
+            })?),
+            (None, None) => None,
+            (Some(_), None) => return Err(fail(format!("GPU {} is not in MIG mode", claim.gpu))),
+            (None, Some(_)) => {
+                let reason = format!("GPU {} is in MIG mode: the driver publishes its instances; name one", claim.gpu);
+                return Err(fail(reason));
+            }
+        };
+        let uuid = instance.map_or(&gpu.uuid, |i| &i.uuid).clone();
+        let holder = format!("claim {namespace}/{}", claim.name);
+        match taken.iter().find(|(id, _)| *id == uuid) {
+            Some((_, other)) if *other != holder => {
+                return Err(fail(format!("{uuid} is already allocated to {other}")));
+            }
+            Some(_) => {}
+            None => taken.push((uuid.clone(), holder)),
+        }
+        out.push(ClaimedDevice { claim: claim.name.clone(), device: dra::device_name(gpu, instance), uuid });
+    }
+    Ok(out)
 }
 
 fn device_id(gpus: &[Gpu], device: &DeviceRef) -> Result<String, String> {
