@@ -10,10 +10,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::kube_api::{ApiServer, NODE, kubeconfig, scenario_pod as api_pod, serve};
 use common::{Exporter, Launch, sample, samples, wait_for, write_scenario};
 use fake_kubelet::KubeletServer;
 use fake_nvml::scenario::Scenario;
+use test_support::kube_api::{ApiServer, NODE, kubeconfig, scenario_pod as api_pod, serve};
 
 /// Three whole H100s: GPU 0 held by `train` alone, GPU 1 time-sliced between two pods,
 /// GPU 2 nobody's.

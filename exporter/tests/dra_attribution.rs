@@ -11,9 +11,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::kube_api::{ApiServer, NODE, kubeconfig, scenario_pod, serve};
 use common::{Exporter, Launch, sample, samples, shipped_scenario, wait_for};
 use fake_nvml::scenario::Scenario;
+use test_support::kube_api::{ApiServer, NODE, kubeconfig, scenario_pod, serve};
 
 const GPU0: &str = "GPU-d0000000-0000-4000-8000-000000000000";
 const GPU1: &str = "GPU-d0000000-0000-4000-8000-000000000001";

@@ -11,12 +11,12 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::kube_api::{ApiServer, NODE, Seen, serve};
 use gpu_exporter::attribution::kubelet::KubeletCache;
 use gpu_exporter::attribution::pod_resources::Allocation;
 use gpu_exporter::attribution::pod_watch::{self, PodWatch};
 use gpu_exporter::attribution::{Attributor, ContainerRef};
 use gpu_exporter::snapshot::{GpuIdentity, GpuReadings, GpuSnapshot, GpuState, MemoryReading};
+use test_support::kube_api::{ApiServer, NODE, Seen, serve};
 
 fn client(url: &str) -> kube::Client {
     kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap()

@@ -3,7 +3,6 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-pub mod kube_api;
 pub mod prometheus;
 
 use std::io::{BufRead, BufReader, Read, Write};

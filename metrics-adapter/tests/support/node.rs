@@ -59,6 +59,12 @@ impl SimulatedNode {
     /// seconds; returns once the kubelet socket exists (the exporter may still be on its
     /// first collection: poll its output).
     pub fn start(scenario: &Path, frozen_at: &str) -> Self {
+        Self::start_with(scenario, frozen_at, None)
+    }
+
+    /// As [`SimulatedNode::start`], with the exporter's pod and ResourceSlice watches on
+    /// the API server `kubeconfig` names (node `test-node`) instead of no API.
+    pub fn start_with(scenario: &Path, frozen_at: &str, kubeconfig: Option<&str>) -> Self {
         let target = target_dir();
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("kubelet.sock");
@@ -83,7 +89,13 @@ impl SimulatedNode {
             .arg("--nvml-library")
             .arg(target.join("libfake_nvml.so"))
             .args(["--web.listen-address", &format!("127.0.0.1:{exporter_port}"), "--collect-interval", "500ms"])
-            .args(["--nvml.call-timeout", "200ms", "--kubernetes.api", "off", "--health.enabled=false"])
+            .args(["--nvml.call-timeout", "200ms", "--health.enabled=false"])
+            .args(match kubeconfig {
+                Some(path) => {
+                    vec!["--kubernetes.api", "auto", "--kubernetes.kubeconfig", path, "--node-name", "test-node"]
+                }
+                None => vec!["--kubernetes.api", "off"],
+            })
             .arg("--kubelet.pod-resources-socket")
             .arg(&socket)
             .arg("--path.procfs")

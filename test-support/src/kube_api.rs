@@ -1,5 +1,6 @@
 //! An in-test Kubernetes API server speaking the real wire protocol on loopback, for
-//! the pod watch: `GET /api/v1/pods` list and watch with `fieldSelector` (only
+//! the exporter's node-scoped watches (the exporter's and the adapter's end-to-end tests
+//! run it beside the simulated node). For the pod watch: `GET /api/v1/pods` list and watch with `fieldSelector` (only
 //! `spec.nodeName=<NODE>` is answered), `resourceVersion`, JSON-line watch streams,
 //! bookmarks, and `410 Gone` for a resourceVersion older than its history (after which
 //! kube-runtime relists). Every request is recorded for the test to check.
@@ -23,7 +24,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-/// The node the exporter under test is named (`--node-name` in `common::Launch`).
+/// The node the exporter under test is named (`--node-name` in the tests' launchers).
 pub const NODE: &str = "test-node";
 
 /// One request as the server saw it.
