@@ -8,9 +8,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use common::{Exporter, Launch, sample, samples, wait_for, write_scenario};
+use common::{Exporter, Launch, sample, samples, write_scenario};
 use fake_kubelet::KubeletServer;
 use fake_nvml::scenario::Scenario;
 use test_support::kube_api::{ApiServer, NODE, kubeconfig, scenario_pod as api_pod, serve};
@@ -83,16 +82,6 @@ fn start(extra: &[&str]) -> Node {
     Node { exporter, kubelet, dir, scenario }
 }
 
-fn wait_metrics(exporter: &Exporter, what: &str, check: impl Fn(&str) -> bool) -> String {
-    let mut last = String::new();
-    let found = wait_for(Duration::from_secs(20), || {
-        last = exporter.metrics();
-        check(&last)
-    });
-    assert!(found.is_some(), "timed out waiting for {what}; last scrape:\n{last}\nlogs:\n{}", exporter.logs());
-    last
-}
-
 const GPU0: &str = "GPU-e0000000-0000-4000-8000-000000000000";
 const GPU1: &str = "GPU-e0000000-0000-4000-8000-000000000001";
 
@@ -105,7 +94,7 @@ fn owned(text: &str, gpu: &str, pod: &str) -> bool {
 #[test]
 fn an_exclusive_gpu_carries_its_owner_and_shared_gpus_are_split_by_pod() {
     let node = start(&[]);
-    let text = wait_metrics(&node.exporter, "the owner of GPU 0", |t| owned(t, GPU0, "train"));
+    let text = node.exporter.wait_metrics("the owner of GPU 0", |t| owned(t, GPU0, "train"));
     let line = samples(&text, "gpu_utilization").into_iter().find(|l| l.contains(GPU0)).unwrap();
     assert!(line.contains("namespace=\"ai\",pod=\"train\",container=\"main\"") && line.ends_with(" 81"), "{line}");
     let shared = samples(&text, "gpu_utilization").into_iter().find(|l| l.contains(GPU1)).unwrap();
@@ -135,11 +124,11 @@ fn an_exclusive_gpu_carries_its_owner_and_shared_gpus_are_split_by_pod() {
 #[test]
 fn a_kubelet_restart_is_survived_and_reported_once_per_state_change() {
     let mut node = start(&[]);
-    wait_metrics(&node.exporter, "pod-resources up", |t| sample(t, "gpu_exporter_pod_resources_up", &[]) == Some(1.0));
+    node.exporter.wait_metrics("pod-resources up", |t| sample(t, "gpu_exporter_pod_resources_up", &[]) == Some(1.0));
     node.kubelet.drop_socket();
-    let down = wait_metrics(&node.exporter, "pod-resources down", |t| {
-        sample(t, "gpu_exporter_pod_resources_up", &[]) == Some(0.0)
-    });
+    let down = node
+        .exporter
+        .wait_metrics("pod-resources down", |t| sample(t, "gpu_exporter_pod_resources_up", &[]) == Some(0.0));
     assert!(owned(&down, GPU0, "train"), "the last list is kept through a short restart");
     // Several failed refreshes, one log line.
     let failed = |t: &str| -> f64 {
@@ -148,14 +137,14 @@ fn a_kubelet_restart_is_survived_and_reported_once_per_state_change() {
             .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
             .sum()
     };
-    let errors = wait_metrics(&node.exporter, "a few failed refreshes", |t| failed(t) >= 2.0);
+    let errors = node.exporter.wait_metrics("a few failed refreshes", |t| failed(t) >= 2.0);
     assert!(sample(&errors, "gpu_exporter_pod_resources_last_success_timestamp_seconds", &[]).is_some());
     let logs = node.exporter.logs();
     assert_eq!(logs.matches("kubelet pod-resources unavailable").count(), 1, "{logs}");
     // Past the grace the owner goes: pods may have changed while the kubelet was away.
-    wait_metrics(&node.exporter, "the kept list to expire", |t| !owned(t, GPU0, "train"));
+    node.exporter.wait_metrics("the kept list to expire", |t| !owned(t, GPU0, "train"));
     node.kubelet.restore_socket().unwrap();
-    wait_metrics(&node.exporter, "pod-resources up again", |t| {
+    node.exporter.wait_metrics("pod-resources up again", |t| {
         sample(t, "gpu_exporter_pod_resources_up", &[]) == Some(1.0) && owned(t, GPU0, "train")
     });
     let logs = node.exporter.logs();
@@ -167,7 +156,7 @@ fn a_kubelet_restart_is_survived_and_reported_once_per_state_change() {
 #[test]
 fn no_api_configuration_degrades_and_says_so_once() {
     let node = start(&["--kubernetes.api", "auto", "--kubernetes.kubeconfig", "/nonexistent/kubeconfig"]);
-    let text = wait_metrics(&node.exporter, "the owner of GPU 0", |t| owned(t, GPU0, "train"));
+    let text = node.exporter.wait_metrics("the owner of GPU 0", |t| owned(t, GPU0, "train"));
     assert!(!text.contains("gpu_exporter_pod_watch_up"));
     let logs = node.exporter.logs();
     assert_eq!(logs.matches("no Kubernetes API: exclusive devices").count(), 1, "{logs}");
@@ -199,7 +188,7 @@ fn with_the_api_pods_carry_labels_and_an_ended_pod_leaves_while_the_kubelet_list
     ]);
     // The watch reports up as soon as it has listed; the pods' labels reach the series at
     // the next collection cycle, so wait for that cycle too (under load it can be late).
-    let text = wait_metrics(&node.exporter, "the watch to sync and a cycle to use it", |t| {
+    let text = node.exporter.wait_metrics("the watch to sync and a cycle to use it", |t| {
         sample(t, "gpu_exporter_pod_watch_up", &[]) == Some(1.0)
             && owned(t, GPU0, "train")
             && samples(t, "gpu_pod_info").iter().any(|l| l.contains("pod=\"train\"") && l.contains("label_app="))
@@ -211,7 +200,7 @@ fn with_the_api_pods_carry_labels_and_an_ended_pod_leaves_while_the_kubelet_list
 
     // The pod finishes; the kubelet still lists it, the metrics drop it at once.
     api.put_object("train", api_pod(&scenario, 0, "Succeeded"));
-    let after = wait_metrics(&node.exporter, "train to leave", |t| !owned(t, GPU0, "train"));
+    let after = node.exporter.wait_metrics("train to leave", |t| !owned(t, GPU0, "train"));
     assert!(!after.contains("pod=\"train\""), "no series names the ended pod:\n{after}");
     assert!(node.kubelet.lister().list_calls() >= 1);
     assert!(sample(&after, "gpu_pod_memory_used_bytes", &[("pod", "serve-a")]).is_some());
@@ -224,7 +213,7 @@ fn with_the_api_pods_carry_labels_and_an_ended_pod_leaves_while_the_kubelet_list
 fn device_ids_of_no_gpu_here_are_counted_and_ignored() {
     use fake_kubelet::proto::{ContainerDevices, ContainerResources, PodResources};
     let node = start(&[]);
-    wait_metrics(&node.exporter, "the owner of GPU 0", |t| owned(t, GPU0, "train"));
+    node.exporter.wait_metrics("the owner of GPU 0", |t| owned(t, GPU0, "train"));
     let mut listing = fake_kubelet::listing::pod_resources(&node.scenario);
     listing.push(PodResources {
         name: "elsewhere".into(),
@@ -245,7 +234,7 @@ fn device_ids_of_no_gpu_here_are_counted_and_ignored() {
         }],
     });
     node.kubelet.lister().set_listing(listing);
-    let text = wait_metrics(&node.exporter, "the unknown ids to be counted", |t| {
+    let text = node.exporter.wait_metrics("the unknown ids to be counted", |t| {
         sample(t, "gpu_exporter_pod_resources_unknown_devices", &[]) == Some(2.0)
     });
     assert!(!text.contains("pod=\"elsewhere\""), "an unknown device names no pod");

@@ -9,9 +9,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{Exporter, Launch, sample, samples, shipped_scenario, wait_for};
+use common::{Exporter, Launch, sample, samples, shipped_scenario};
 use fake_nvml::scenario::Scenario;
 use test_support::kube_api::{ApiServer, NODE, kubeconfig, scenario_pod, serve};
 
@@ -76,16 +74,6 @@ fn start(slices: bool) -> Node {
     Node { exporter, api, scenario, _kubelet: kubelet, _dir: dir, _runtime: runtime }
 }
 
-fn wait_metrics(exporter: &Exporter, what: &str, check: impl Fn(&str) -> bool) -> String {
-    let mut last = String::new();
-    let found = wait_for(Duration::from_secs(30), || {
-        last = exporter.metrics();
-        check(&last)
-    });
-    assert!(found.is_some(), "timed out waiting for {what}; last scrape:\n{last}\nlogs:\n{}", exporter.logs());
-    last
-}
-
 fn line<'a>(text: &'a str, family: &str, needles: &[&str]) -> Option<&'a str> {
     samples(text, family).into_iter().find(|l| needles.iter().all(|n| l.contains(n)))
 }
@@ -93,7 +81,7 @@ fn line<'a>(text: &'a str, family: &str, needles: &[&str]) -> Option<&'a str> {
 #[test]
 fn claimed_gpus_carry_their_pods_and_claims_like_device_plugin_ones() {
     let node = start(true);
-    let text = wait_metrics(&node.exporter, "the slice watch and the claim owners", |t| {
+    let text = node.exporter.wait_metrics("the slice watch and the claim owners", |t| {
         sample(t, "gpu_exporter_resource_slice_watch_up", &[]) == Some(1.0)
             && line(t, "gpu_utilization", &[GPU0, "pod=\"train\""]).is_some()
     });
@@ -143,7 +131,7 @@ fn claimed_gpus_carry_their_pods_and_claims_like_device_plugin_ones() {
 #[test]
 fn without_resource_slices_claims_are_unknown_and_nothing_is_guessed() {
     let node = start(false);
-    let text = wait_metrics(&node.exporter, "the device plugin's owner", |t| {
+    let text = node.exporter.wait_metrics("the device plugin's owner", |t| {
         sample(t, "gpu_exporter_pod_watch_up", &[]) == Some(1.0)
             && line(t, "gpu_utilization", &[GPU3, "pod=\"legacy\""]).is_some()
             && sample(t, "gpu_exporter_resource_slice_watch_up", &[]) == Some(0.0)

@@ -10,11 +10,8 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-
 use fake_nvml::scenario::Scenario;
-use support::node::{Killed, SimulatedNode, repo, wait_until};
+use support::node::{SimulatedNode, StandaloneAdapter, repo};
 use test_support::kube_api::{ApiServer, NODE, kubeconfig, scenario_pod, serve};
 
 /// The device plugin's twin of `dra-node`: every claim written as the allocation the
@@ -42,75 +39,6 @@ fn plugin_twin(dra: &str) -> String {
     twin
 }
 
-/// An adapter in front of one exporter; answers through kubectl.
-struct Adapter {
-    kubeconfig: std::path::PathBuf,
-    _process: Killed,
-}
-
-impl Adapter {
-    fn start(dir: &Path, exporter_url: &str) -> Adapter {
-        let certs = dir.join("certs");
-        let port = support::prometheus::Prometheus::reserve_port();
-        let adapter = env!("CARGO_BIN_EXE_gpu-metrics-adapter");
-        let status = Command::new(adapter)
-            .args(["dev-certs", "--out"])
-            .arg(&certs)
-            .args(["--server", &format!("https://127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let process = Command::new(adapter)
-            .args(["--standalone", "--bind-address=127.0.0.1", &format!("--secure-port={port}")])
-            .arg(format!("--tls-cert-file={}", certs.join("serving.pem").display()))
-            .arg(format!("--tls-private-key-file={}", certs.join("serving-key.pem").display()))
-            .arg(format!("--client-ca-file={}", certs.join("ca.pem").display()))
-            .arg(format!("--exporter-url={exporter_url}"))
-            .arg("--scrape-interval=1s")
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Adapter { kubeconfig: certs.join("kubeconfig"), _process: Killed(process) }
-    }
-
-    /// `(pod, value)` of every pod in namespace `ai` for `metric`, sorted.
-    fn pods(&self, metric: &str) -> Option<Vec<(String, String)>> {
-        let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into());
-        let path = format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai/pods/*/{metric}");
-        let out = Command::new(kubectl)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["get", "--raw", &path])
-            .output()
-            .unwrap();
-        if !out.status.success() {
-            return None;
-        }
-        let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let mut values: Vec<(String, String)> = list["items"]
-            .as_array()?
-            .iter()
-            .map(|i| (i["describedObject"]["name"].as_str().unwrap().into(), i["value"].as_str().unwrap().into()))
-            .collect();
-        values.sort();
-        Some(values)
-    }
-
-    /// The answer once it names `pods` pods.
-    fn wait_pods(&self, metric: &str, pods: usize) -> Vec<(String, String)> {
-        let mut answer = Vec::new();
-        wait_until(&format!("{metric} for {pods} pods"), || match self.pods(metric) {
-            Some(values) if values.len() == pods => {
-                answer = values;
-                true
-            }
-            _ => false,
-        });
-        answer
-    }
-}
-
 #[test]
 fn a_dra_node_answers_the_hpa_as_its_device_plugin_twin_does() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
@@ -136,15 +64,18 @@ fn a_dra_node_answers_the_hpa_as_its_device_plugin_twin_does() {
     let plugin_dir = dir.path().join("plugin");
     std::fs::create_dir_all(&dra_dir).unwrap();
     std::fs::create_dir_all(&plugin_dir).unwrap();
-    let dra_adapter = Adapter::start(&dra_dir, &dra_node.metrics_url());
-    let plugin_adapter = Adapter::start(&plugin_dir, &plugin_node.metrics_url());
+    let dra_adapter = StandaloneAdapter::start(&dra_dir, &dra_node.metrics_url());
+    let plugin_adapter = StandaloneAdapter::start(&plugin_dir, &plugin_node.metrics_url());
 
     // Every pod on a device has memory; utilization too (the MIG device through GPM).
     let pods = dra.pods.len();
-    let memory = plugin_adapter.wait_pods("gpu_memory_used_bytes", pods);
-    assert_eq!(dra_adapter.wait_pods("gpu_memory_used_bytes", pods), memory);
-    let utilization = plugin_adapter.wait_pods("gpu_utilization", pods);
-    assert_eq!(dra_adapter.wait_pods("gpu_utilization", pods), utilization);
+    let ask = |adapter: &StandaloneAdapter, metric: &str| {
+        adapter.wait_pods(&format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai/pods/*/{metric}"), pods)
+    };
+    let memory = ask(&plugin_adapter, "gpu_memory_used_bytes");
+    assert_eq!(ask(&dra_adapter, "gpu_memory_used_bytes"), memory);
+    let utilization = ask(&plugin_adapter, "gpu_utilization");
+    assert_eq!(ask(&dra_adapter, "gpu_utilization"), utilization);
     // And the figures are the scenario's: whole GPUs their own utilization, the shared
     // GPU split by process, the MIG device its SM activity.
     let expected = [("legacy", "55"), ("llm", "62"), ("serve-a", "25"), ("serve-b", "15"), ("train", "81")];

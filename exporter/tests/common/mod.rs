@@ -155,6 +155,18 @@ impl Exporter {
         r.body
     }
 
+    /// Scrapes until `check` holds for a scrape (30 s at most) and returns that scrape;
+    /// on timeout fails with the last scrape and the logs.
+    pub fn wait_metrics(&self, what: &str, check: impl Fn(&str) -> bool) -> String {
+        let mut last = String::new();
+        let found = wait_for(Duration::from_secs(30), || {
+            last = self.metrics();
+            check(&last)
+        });
+        assert!(found.is_some(), "timed out waiting for {what}; last scrape:\n{last}\nlogs:\n{}", self.logs());
+        last
+    }
+
     /// Waits until `/readyz` answers 200.
     pub fn wait_ready(&self) {
         wait_for(Duration::from_secs(20), || self.get("/readyz", &[]).status == 200)

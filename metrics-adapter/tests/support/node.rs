@@ -118,3 +118,76 @@ impl SimulatedNode {
         format!("http://127.0.0.1:{}/metrics", self.exporter_port)
     }
 }
+
+/// The adapter binary, standalone (dev certificates, no API server), in front of one
+/// exporter; it is asked through `kubectl get --raw` and stops when dropped.
+pub struct StandaloneAdapter {
+    pub kubeconfig: PathBuf,
+    _process: Killed,
+}
+
+impl StandaloneAdapter {
+    /// Writes dev certificates under `dir` and starts the adapter scraping `exporter_url`
+    /// every second.
+    pub fn start(dir: &Path, exporter_url: &str) -> StandaloneAdapter {
+        let certs = dir.join("certs");
+        let port = super::prometheus::Prometheus::reserve_port();
+        let adapter = env!("CARGO_BIN_EXE_gpu-metrics-adapter");
+        let status = Command::new(adapter)
+            .args(["dev-certs", "--out"])
+            .arg(&certs)
+            .args(["--server", &format!("https://127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let process = Command::new(adapter)
+            .args(["--standalone", "--bind-address=127.0.0.1", &format!("--secure-port={port}")])
+            .arg(format!("--tls-cert-file={}", certs.join("serving.pem").display()))
+            .arg(format!("--tls-private-key-file={}", certs.join("serving-key.pem").display()))
+            .arg(format!("--client-ca-file={}", certs.join("ca.pem").display()))
+            .arg(format!("--exporter-url={exporter_url}"))
+            .arg("--scrape-interval=1s")
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        StandaloneAdapter { kubeconfig: certs.join("kubeconfig"), _process: Killed(process) }
+    }
+
+    /// `kubectl get --raw path`, parsed; `None` when kubectl fails.
+    pub fn get(&self, path: &str) -> Option<serde_json::Value> {
+        let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into());
+        let out = Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["get", "--raw", path])
+            .output()
+            .unwrap();
+        out.status.success().then(|| serde_json::from_slice(&out.stdout).unwrap())
+    }
+
+    /// The `(pod, value)` pairs of a MetricValueList at `path` once it names `pods` pods.
+    pub fn wait_pods(&self, path: &str, pods: usize) -> Vec<(String, String)> {
+        let mut answer = Vec::new();
+        wait_until(&format!("{path} for {pods} pods"), || match self.get(path) {
+            Some(list) if list["items"].as_array().is_some_and(|i| i.len() == pods) => {
+                answer = pod_values(&list);
+                true
+            }
+            _ => false,
+        });
+        answer
+    }
+}
+
+/// `(described pod, value)` of each item of a MetricValueList, sorted.
+pub fn pod_values(list: &serde_json::Value) -> Vec<(String, String)> {
+    let mut values: Vec<(String, String)> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["describedObject"]["name"].as_str().unwrap().into(), i["value"].as_str().unwrap().into()))
+        .collect();
+    values.sort();
+    values
+}
