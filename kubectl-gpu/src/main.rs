@@ -10,9 +10,11 @@ use kubectl_gpu::cli::Cli;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Logs go to stderr, quiet by default; KUBECTL_GPU_LOG=debug shows every request.
+    // kube logs every error answer itself; the command reports them once, in its words.
     let filter = tracing_subscriber::EnvFilter::try_from_env("KUBECTL_GPU_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client::client::builder=off"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {

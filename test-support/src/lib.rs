@@ -1,7 +1,13 @@
 //! Helpers the workspace's integration tests share, so that no crate's tests carry a
-//! copy of another's: a test certificate authority ([`pki`]) and every rendering of the
-//! `deploy/` manifests ([`deploy`]). A dev-dependency only; nothing here ships.
+//! copy of another's: a test certificate authority ([`pki`]), every rendering of the
+//! `deploy/` manifests ([`deploy`]), an in-test Kubernetes API server ([`apiserver`]),
+//! typed Kubernetes objects for it ([`cluster`]), and simulated GPU nodes and the metrics
+//! adapter as processes behind it ([`simulated`]). A dev-dependency only; nothing here
+//! ships.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
+pub mod apiserver;
+pub mod cluster;
 pub mod deploy;
 pub mod pki;
+pub mod simulated;

@@ -9,7 +9,7 @@
 use serde_json::{Map, Value, json};
 
 use super::pods::Scope;
-use super::{Report, unknown_warnings};
+use super::{Report, num, opt, unknown_warnings};
 use crate::cost::{self, CostReport, GroupCost, Sum};
 use crate::fleet::{Fleet, short_model};
 use crate::prices::PriceTable;
@@ -37,7 +37,7 @@ pub fn sum_cell(sum: &Sum) -> Cell {
 }
 
 fn sum_json(sum: &Sum) -> Value {
-    json!({"dollarsPerHour": sum.value(), "unpricedDevices": sum.unpriced})
+    json!({"dollarsPerHour": opt(sum.value()), "unpricedDevices": sum.unpriced})
 }
 
 fn idle_cell(group: &GroupCost) -> Cell {
@@ -65,7 +65,7 @@ fn group_cells(group: &GroupCost) -> Vec<Cell> {
 
 fn group_json(group: &GroupCost) -> Map<String, Value> {
     let mut m = Map::new();
-    m.insert("gpus".into(), json!(group.gpus));
+    m.insert("gpus".into(), num(group.gpus));
     m.insert("allocated".into(), sum_json(&group.allocated));
     m.insert("idle".into(), sum_json(&group.idle));
     m.insert("idleUnknownDevices".into(), json!(group.idle_unknown));
@@ -249,19 +249,19 @@ pub fn report(fleet: &Fleet, prices: &PriceTable, idle_below_percent: f64, by: G
     let read_nodes = fleet.nodes.iter().filter(|n| n.readings().is_some()).count();
     let mut extra = Map::new();
     extra.insert("by".into(), json!(by));
-    extra.insert("idleBelowPercent".into(), json!(idle_below_percent));
+    extra.insert("idleBelowPercent".into(), num(idle_below_percent));
     extra.insert(
         "totals".into(),
         json!({
             "capacity": sum_json(&capacity), "allocated": sum_json(&t.allocated), "idle": sum_json(&t.idle),
-            "unallocated": sum_json(&unallocated), "idleUnknownDevices": t.idle_unknown, "gpus": t.gpus,
+            "unallocated": sum_json(&unallocated), "idleUnknownDevices": t.idle_unknown, "gpus": num(t.gpus),
             "nodes": read_nodes,
         }),
     );
     extra.insert("unpriced".into(), json!(r.unpriced));
     extra.insert(
         "prices".into(),
-        json!(prices.entries.iter().map(|e| json!({"name": e.name, "match": e.pattern, "dollarsPerHour": e.dollars_per_hour, "from": e.origin})).collect::<Vec<_>>()),
+        json!(prices.entries.iter().map(|e| json!({"name": e.name, "match": e.pattern, "dollarsPerHour": num(e.dollars_per_hour), "from": e.origin})).collect::<Vec<_>>()),
     );
     let line = if narrowed { narrowed_summary(&r, scope) } else { summary(&r, read_nodes) };
     extra.insert("summary".into(), json!(line));

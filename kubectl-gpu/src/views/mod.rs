@@ -75,7 +75,13 @@ pub fn unknown_warnings(fleet: &Fleet) -> Vec<String> {
         .collect()
 }
 
-/// `null` for a missing figure.
+/// `null` for a missing figure; a whole number is written without a fraction
+/// (`85899345920`, not `85899345920.0`).
 pub fn opt(v: Option<f64>) -> Value {
-    v.map_or(Value::Null, |v| json!(v))
+    v.map_or(Value::Null, num)
+}
+
+/// A figure as JSON.
+pub fn num(v: f64) -> Value {
+    if v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 { json!(v as i64) } else { json!(v) }
 }

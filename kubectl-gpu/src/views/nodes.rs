@@ -13,7 +13,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Report, health, opt, unknown_warnings};
+use super::{Report, health, num, opt, unknown_warnings};
 use crate::fleet::{Fleet, NodeEntry, short_model};
 use crate::readings::Gpu;
 use crate::table::{Cell, Column, Table, Tone};
@@ -208,7 +208,7 @@ fn row(entry: &NodeEntry) -> (Vec<Cell>, Value) {
         "memoryUsedBytes": opt(f.used),
         "memoryTotalBytes": opt(f.total),
         "powerWatts": opt(f.power),
-        "hottest": f.hottest.map(|(i, t)| json!({"gpu": i, "temperatureCelsius": t})),
+        "hottest": f.hottest.map(|(i, t)| json!({"gpu": i, "temperatureCelsius": num(t)})),
         "health": health::json(info, Some(r)),
         "ready": info.ready,
     });

@@ -19,12 +19,13 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::{Report, opt, unknown_warnings};
+use super::{Report, num, opt, unknown_warnings};
 use crate::cluster::PodInfo;
 use crate::cost;
 use crate::fleet::{Fleet, short_model};
+use crate::readings::{Gpu, Holder};
 use crate::share::{Device, Idle, share_text};
-use crate::table::{Cell, Column, Table, Tone};
+use crate::table::{Cell, Column, Table, Tone, natural};
 use crate::units::{self, NONE, UNKNOWN};
 
 /// Which pods the view covers.
@@ -75,6 +76,10 @@ pub fn requested(pod: &PodInfo) -> String {
     if parts.is_empty() { NONE.into() } else { parts.join(", ") }
 }
 
+fn requests(pod: &PodInfo) -> Value {
+    Value::Object(pod.gpu_requests.iter().map(|(k, v)| (k.clone(), num(*v))).collect())
+}
+
 struct Row {
     cells: Vec<Cell>,
     item: Value,
@@ -99,6 +104,49 @@ fn in_scope(scope: &Scope, namespace: &str) -> bool {
     scope.namespace.as_deref().is_none_or(|n| n == namespace)
 }
 
+/// One holder's row: node, GPU, device, the holder and what its share costs.
+fn holder_row(
+    node: &str,
+    gpu: &Gpu,
+    device: &Device<'_>,
+    holder: &Holder,
+    cost: Option<&cost::HolderCost>,
+) -> (Vec<Cell>, Value) {
+    let name = match device.instance {
+        None => device.label(),
+        Some(_) => format!("{} (GPU {})", device.label(), gpu.index),
+    };
+    let (_, total) = device.memory();
+    let of_share = device.utilization_of_share(holder);
+    let dollars = cost.and_then(|c| c.dollars_per_hour);
+    let idle = cost.map_or(Idle::Unknown, |c| c.idle);
+    let containers = if holder.containers.is_empty() { NONE.into() } else { holder.containers.join(",") };
+    let cells = vec![
+        Cell::text(&holder.pod),
+        Cell::text(node),
+        Cell::text(name),
+        Cell::number(share_text(device), device.share()),
+        Cell::number(units::percent(holder.utilization), holder.utilization),
+        Cell::number(units::memory(holder.memory_used_bytes, total), holder.memory_used_bytes),
+        Cell::text(containers),
+        Cell::text(short_model(&gpu.model)),
+        Cell::number(units::percent(of_share), of_share),
+        Cell::number(if dollars.is_some() { units::dollars(dollars) } else { "no price".into() }, dollars),
+        idle_text(idle),
+    ];
+    let item = json!({
+        "namespace": holder.namespace, "pod": holder.pod, "node": node,
+        "containers": holder.containers, "model": gpu.model, "gpu": gpu.index,
+        "device": device.label(), "migProfile": device.instance.map(|i| i.profile.clone()),
+        "gpuInstanceId": device.instance.map(|i| i.gpu_instance_id),
+        "share": share_text(device), "shareOfGpu": opt(device.share()),
+        "utilizationPercent": opt(holder.utilization), "utilizationOfSharePercent": opt(of_share),
+        "memoryUsedBytes": opt(holder.memory_used_bytes), "deviceMemoryTotalBytes": opt(total),
+        "dollarsPerHour": opt(dollars), "idle": idle, "source": "exporter",
+    });
+    (cells, item)
+}
+
 fn holder_rows(
     fleet: &Fleet,
     prices: &cost::CostReport,
@@ -114,61 +162,18 @@ fn holder_rows(
         .collect();
     for node in &fleet.nodes {
         let Some(r) = node.readings() else { continue };
+        let name = node.info.name.as_str();
         for gpu in &r.gpus {
             for device in Device::of(gpu) {
                 let label = device.label();
                 for holder in device.holders() {
-                    let holder_cost = priced
-                        .get(&(
-                            node.info.name.as_str(),
-                            gpu.index,
-                            label.as_str(),
-                            holder.namespace.as_str(),
-                            holder.pod.as_str(),
-                        ))
-                        .copied();
                     let key = (holder.namespace.clone(), holder.pod.clone());
                     if !in_scope(scope, &holder.namespace) || (scope.listed_only && !listed.contains_key(&key)) {
                         continue;
                     }
-                    let name = match device.instance {
-                        None => device.label(),
-                        Some(_) => format!("{} (GPU {})", device.label(), gpu.index),
-                    };
-                    let (_, total) = device.memory();
-                    let of_share = device.utilization_of_share(holder);
-                    let dollars = holder_cost.and_then(|c| c.dollars_per_hour);
-                    let idle = holder_cost.map_or(Idle::Unknown, |c| c.idle);
-                    let cells = vec![
-                        Cell::text(&holder.pod),
-                        Cell::text(&node.info.name),
-                        Cell::text(name),
-                        Cell::number(share_text(&device), device.share()),
-                        Cell::number(units::percent(holder.utilization), holder.utilization),
-                        Cell::number(units::memory(holder.memory_used_bytes, total), holder.memory_used_bytes),
-                        Cell::text(if holder.containers.is_empty() {
-                            NONE.into()
-                        } else {
-                            holder.containers.join(",")
-                        }),
-                        Cell::text(short_model(&gpu.model)),
-                        Cell::number(units::percent(of_share), of_share),
-                        Cell::number(
-                            if dollars.is_some() { units::dollars(dollars) } else { "no price".into() },
-                            dollars,
-                        ),
-                        idle_text(idle),
-                    ];
-                    let item = json!({
-                        "namespace": holder.namespace, "pod": holder.pod, "node": node.info.name,
-                        "containers": holder.containers, "model": gpu.model, "gpu": gpu.index,
-                        "device": device.label(), "migProfile": device.instance.map(|i| i.profile.clone()),
-                        "gpuInstanceId": device.instance.map(|i| i.gpu_instance_id),
-                        "share": share_text(&device), "shareOfGpu": opt(device.share()),
-                        "utilizationPercent": opt(holder.utilization), "utilizationOfSharePercent": opt(of_share),
-                        "memoryUsedBytes": opt(holder.memory_used_bytes), "deviceMemoryTotalBytes": opt(total),
-                        "dollarsPerHour": opt(dollars), "idle": idle, "source": "exporter",
-                    });
+                    let cost =
+                        priced.get(&(name, gpu.index, label.as_str(), holder.namespace.as_str(), holder.pod.as_str()));
+                    let (cells, item) = holder_row(name, gpu, &device, holder, cost.copied());
                     push_row(&mut rows, all_ns, &holder.namespace, cells, item);
                 }
             }
@@ -203,7 +208,7 @@ fn unseen_row(fleet: &Fleet, pod: &PodInfo, all_ns: bool, rows: &mut Vec<Row>) {
     ];
     let item = json!({
         "namespace": pod.namespace, "pod": pod.name, "node": pod.node, "phase": pod.phase,
-        "requested": pod.gpu_requests, "device": Value::Null, "state": why, "source": "exporter",
+        "requested": requests(pod), "device": Value::Null, "state": why, "source": "exporter",
     });
     push_row(rows, all_ns, &pod.namespace, cells, item);
 }
@@ -228,16 +233,23 @@ pub fn report(fleet: &Fleet, prices: &cost::CostReport, scope: &Scope) -> Report
             unseen_row(fleet, pod, all_ns, &mut rows);
         }
     }
+    // kubectl's order: namespace, then name; a pod's devices in node and GPU order.
+    let text = |r: &Row, k: &str| r.item[k].as_str().unwrap_or_default().to_string();
+    rows.sort_by(|a, b| {
+        text(a, "namespace")
+            .cmp(&text(b, "namespace"))
+            .then_with(|| natural(&text(a, "pod"), &text(b, "pod")))
+            .then_with(|| natural(&text(a, "node"), &text(b, "node")))
+            .then_with(|| a.item["gpu"].as_u64().cmp(&b.item["gpu"].as_u64()))
+            .then_with(|| a.item["gpuInstanceId"].as_u64().cmp(&b.item["gpuInstanceId"].as_u64()))
+    });
     let mut table = Table { columns: columns(all_ns), ..Table::default() };
     let mut items = Vec::new();
     for r in rows {
         table.rows.push(r.cells);
         items.push(r.item);
     }
-    let mut report =
-        Report { kind: "GPUPodList", table, items, warnings: unknown_warnings(fleet), ..Report::default() };
-    report.sort(if all_ns { "namespace" } else { "pod" }).ok();
-    report
+    Report { kind: "GPUPodList", table, items, warnings: unknown_warnings(fleet), ..Report::default() }
 }
 
 /// A pod's aggregates from the custom metrics API.
@@ -287,7 +299,7 @@ pub fn from_metrics(pods: &[PodInfo], metrics: &BTreeMap<String, PodMetrics>, na
         ];
         items.push(json!({
             "namespace": pod.namespace, "pod": pod.name, "node": pod.node, "phase": pod.phase,
-            "requested": pod.gpu_requests, "device": requested(pod), "share": share,
+            "requested": requests(pod), "device": requested(pod), "share": share,
             "utilizationPercent": opt(m.utilization), "memoryUsedBytes": opt(m.memory_used_bytes),
             "source": "custom-metrics",
         }));
