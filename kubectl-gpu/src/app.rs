@@ -142,7 +142,6 @@ impl<'a> Run<'a> {
             pods: PodScope::None,
             pod_selector: None,
             only_nodes_with_pods: false,
-            no_exporters: false,
         }
     }
 

@@ -45,8 +45,9 @@ pub fn binaries() -> PathBuf {
                 "building the simulated node failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            let exe = std::env::current_exe().unwrap();
-            exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+            // A debug build, also when a benchmark (a release build) asks.
+            let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace().join("target"), PathBuf::from);
+            target.join("debug")
         })
         .clone()
 }

@@ -39,8 +39,6 @@ pub struct Plan {
     pub pod_selector: Option<String>,
     /// Read only the exporters of nodes that run a listed GPU pod.
     pub only_nodes_with_pods: bool,
-    /// Read no exporter at all (the custom metrics path).
-    pub no_exporters: bool,
 }
 
 /// Where the exporters are.
@@ -103,12 +101,7 @@ pub async fn fleet(client: &Client, plan: &Plan, exporters: &Exporters, names: &
     let mut to_read = Vec::new();
     let mut entries: Vec<(NodeInfo, Option<Exporter>)> = Vec::new();
     for info in infos {
-        let exporter = if plan.no_exporters {
-            Some(Exporter::Unknown {
-                reason: UnknownReason::NoExporter,
-                detail: "not read (custom metrics source)".into(),
-            })
-        } else if let Some(e) = &listing_error {
+        let exporter = if let Some(e) = &listing_error {
             Some(Exporter::Unknown { reason: UnknownReason::Forbidden, detail: e.clone() })
         } else if let Some((_, pod)) = exporter_pods.get(&info.name) {
             to_read.push((info.name.clone(), pod.clone()));
