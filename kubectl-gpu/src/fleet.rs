@@ -28,6 +28,9 @@ pub enum UnknownReason {
     Unreachable,
     /// The exporter answered with a page that does not parse.
     BadPage,
+    /// The exporter answered but NVML is down on the node (no driver, no library): it
+    /// has no GPU to report.
+    NvmlDown,
 }
 
 impl UnknownReason {
@@ -39,6 +42,7 @@ impl UnknownReason {
             Self::Timeout => "timed out",
             Self::Unreachable => "unreachable",
             Self::BadPage => "bad page",
+            Self::NvmlDown => "NVML down",
         }
     }
 }
@@ -48,6 +52,18 @@ impl UnknownReason {
 pub enum Exporter {
     Read(NodeReadings),
     Unknown { reason: UnknownReason, detail: String },
+}
+
+impl Exporter {
+    /// What a page that parsed says: its readings, or unknown when NVML is down and the
+    /// exporter lists no GPU (a node without a driver is not a node with no GPUs).
+    pub fn from_readings(readings: NodeReadings) -> Exporter {
+        if readings.nvml_up == Some(false) && readings.gpus.is_empty() {
+            let detail = readings.nvml_error.unwrap_or_else(|| "gpu_exporter_nvml_up is 0".into());
+            return Exporter::Unknown { reason: UnknownReason::NvmlDown, detail };
+        }
+        Exporter::Read(readings)
+    }
 }
 
 /// One GPU node.
@@ -98,4 +114,27 @@ impl Fleet {
 /// The short model name the views show: NVML's name without the `NVIDIA ` prefix.
 pub fn short_model(model: &str) -> &str {
     model.strip_prefix("NVIDIA ").unwrap_or(model)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::readings::Gpu;
+
+    #[test]
+    fn nvml_down_without_gpus_is_unknown_not_an_empty_node() {
+        let down = NodeReadings {
+            nvml_up: Some(false),
+            nvml_error: Some("driver not loaded".into()),
+            ..NodeReadings::default()
+        };
+        assert_eq!(
+            Exporter::from_readings(down),
+            Exporter::Unknown { reason: UnknownReason::NvmlDown, detail: "driver not loaded".into() }
+        );
+        let up = NodeReadings { nvml_up: Some(true), gpus: vec![Gpu::default()], ..NodeReadings::default() };
+        assert!(matches!(Exporter::from_readings(up), Exporter::Read(_)));
+        assert_eq!(short_model("NVIDIA H100 80GB HBM3"), "H100 80GB HBM3");
+        assert_eq!(short_model("Tesla V100-SXM2-32GB"), "Tesla V100-SXM2-32GB");
+    }
 }

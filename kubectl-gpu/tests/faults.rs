@@ -28,11 +28,15 @@ struct Fixture {
     _dir: tempfile::TempDir,
 }
 
+/// An exporter on a node whose driver is not loaded (as `exporter/tests/faults.rs` sees it).
+const NVML_DOWN: &str = "gpu_exporter_nvml_up{node=\"nvml-down\"} 0\ngpu_exporter_nvml_error_info{node=\"nvml-down\",error=\"driver_not_loaded\",message=\"Driver Not Loaded\"} 1\n";
+
 /// `good` answers with a captured page; `hang-N` never answer; `garbage` answers a page
-/// that does not parse; `pending` has its exporter pod pending; `bare` has none.
+/// that does not parse; `pending` has its exporter pod pending; `bare` has none;
+/// `nvml-down` answers without GPUs, NVML down.
 fn fixture(hanging: usize) -> Fixture {
     let api = ApiServer::new();
-    let mut names = vec!["good".to_string(), "garbage".into(), "pending".into(), "bare".into()];
+    let mut names = vec!["good".to_string(), "garbage".into(), "pending".into(), "bare".into(), "nvml-down".into()];
     names.extend((0..hanging).map(|i| format!("hang-{i}")));
     for (i, name) in names.iter().enumerate() {
         api.add_node(cluster::gpu_node(name, "NVIDIA-A100-SXM4-80GB", 4, &[("nvidia.com/gpu", 4)]));
@@ -47,6 +51,7 @@ fn fixture(hanging: usize) -> Fixture {
         let backend = match name.as_str() {
             "good" => Backend::page(seed_page(name)),
             "garbage" => Backend::page("<html>oops</html>"),
+            "nvml-down" => Backend::page(NVML_DOWN),
             _ => Backend::Hang,
         };
         api.proxy(EXPORTER_NAMESPACE, &format!("gpu-exporter-{name}"), backend);
@@ -105,7 +110,7 @@ fn hanging_garbage_pending_and_missing_exporters_are_unknown_within_the_timeout(
         "{}",
         r.stdout
     );
-    for node in ["garbage", "pending", "bare", "hang-0", "hang-2"] {
+    for node in ["garbage", "pending", "bare", "nvml-down", "hang-0", "hang-2"] {
         assert!(row(node).contains("unknown") && !row(node).contains(" 0%"), "{node}: {}", row(node));
     }
     assert!(!r.stdout.contains("cpu-node-1"), "a node without GPUs is not a GPU node");
@@ -120,6 +125,7 @@ fn hanging_garbage_pending_and_missing_exporters_are_unknown_within_the_timeout(
             "exporter no exporter pod (no pod app.kubernetes.io/name=gpu-exporter in namespace gpu-telemetry on this node)",
         ),
         ("hang-1", "exporter timed out (no answer from pod gpu-telemetry/gpu-exporter-hang-1 within 1s)"),
+        ("nvml-down", "exporter NVML down (Driver Not Loaded)"),
     ] {
         assert!(r.stderr.contains(&format!("Warning: node {node}: {why}")), "{node}: {}", r.stderr);
     }

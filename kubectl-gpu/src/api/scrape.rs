@@ -88,7 +88,7 @@ pub async fn read(client: &Client, pod: &PodInfo, options: &ScrapeOptions) -> Ex
             unknown(reason, describe(&e))
         }
         Ok(Ok(body)) => match readings::parse(body.as_bytes(), None) {
-            Ok(r) => Exporter::Read(r),
+            Ok(r) => Exporter::from_readings(r),
             Err(e) => unknown(UnknownReason::BadPage, format!("pod {}/{}: {e}", pod.namespace, pod.name)),
         },
     }
