@@ -102,7 +102,8 @@ pub async fn fleet(client: &Client, plan: &Plan, exporters: &Exporters, names: &
     let mut entries: Vec<(NodeInfo, Option<Exporter>)> = Vec::new();
     for info in infos {
         let exporter = if let Some(e) = &listing_error {
-            Some(Exporter::Unknown { reason: UnknownReason::Forbidden, detail: e.clone() })
+            let reason = if e.contains("(Forbidden)") { UnknownReason::Forbidden } else { UnknownReason::Unreachable };
+            Some(Exporter::Unknown { reason, detail: e.clone() })
         } else if let Some((_, pod)) = exporter_pods.get(&info.name) {
             to_read.push((info.name.clone(), pod.clone()));
             None
