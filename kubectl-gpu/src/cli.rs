@@ -190,8 +190,14 @@ pub struct Global {
     pub health_domain: String,
 
     /// A price in dollars per hour: NAME=DOLLARS, NAME an entry of the table (H100) or
-    /// text that model names contain; repeatable.
-    #[arg(long = "price", global = true, value_name = "NAME=DOLLARS")]
+    /// text that model names contain; repeatable (the variable takes a comma-separated list).
+    #[arg(
+        long = "price",
+        global = true,
+        value_name = "NAME=DOLLARS",
+        env = "KUBECTL_GPU_PRICES",
+        value_delimiter = ','
+    )]
     pub prices: Vec<String>,
 
     /// The ConfigMap (namespace/name) holding a price table under `prices.yaml`;
@@ -286,6 +292,8 @@ mod tests {
         assert_eq!(cli.global.prices, ["H100=4", "L40S=1"]);
         assert!(cli.global.watch && cli.global.all_namespaces);
         assert_eq!(cli.global.interval, Duration::from_secs(5));
+        let cli = parse(&["cost", "--price", "H100=4,Tesla V100=2"]).unwrap();
+        assert_eq!(cli.global.prices, ["H100=4", "Tesla V100=2"]);
         let cli = parse(&["gpus", "gpu-node-1"]).unwrap();
         assert!(matches!(cli.command, Command::Gpus { node: Some(ref n) } if n == "gpu-node-1"));
         Cli::command().debug_assert();
