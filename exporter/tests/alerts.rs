@@ -71,13 +71,45 @@ fn every_alert_has_a_unit_test() {
     }
 }
 
+/// `expr` without the label lists of `by`, `without`, `on`, `ignoring`, `group_left` and
+/// `group_right` (label names such as `gpu_instance_id` are not metrics).
+fn without_label_lists(expr: &str) -> String {
+    let mut out = String::new();
+    let mut rest = expr;
+    while let Some(open) = rest.find('(') {
+        let before = &rest[..open];
+        let word = before.trim_end().rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
+        let listed = ["by", "without", "on", "ignoring", "group_left", "group_right"].contains(&word);
+        out.push_str(before);
+        let close = rest[open..].find(')').map_or(rest.len(), |c| open + c + 1);
+        if !listed {
+            out.push('(');
+            rest = &rest[open + 1..];
+            continue;
+        }
+        rest = &rest[close..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn label_lists_are_not_taken_for_metrics() {
+    assert_eq!(
+        without_label_lists("sum by (gpu_instance_id) (gpu_up) * on (gpu_instance_id) group_left () x"),
+        "sum by  (gpu_up) * on  group_left  x"
+    );
+}
+
 #[test]
 fn rules_use_only_metrics_the_exporter_serves() {
     let mut known: Vec<String> = gpu_exporter::render::families::ALL.iter().map(|f| f.sample_name()).collect();
     known.extend(gpu_exporter::health::metrics::ALL.iter().map(|f| f.sample_name()));
     let recorded: Vec<String> = rules().into_iter().filter_map(|r| r.record).collect();
     for rule in rules() {
-        for word in rule.expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')) {
+        for word in
+            without_label_lists(&rule.expr).split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        {
             if word.starts_with("gpu_") {
                 assert!(
                     known.contains(&word.to_string()) || recorded.contains(&word.to_string()),

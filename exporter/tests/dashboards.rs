@@ -73,16 +73,30 @@ fn every_query_is_valid_promql() {
     }
 }
 
+/// The series alerts/gpu-rules.yaml records (the cost row reads them).
+fn recorded_rules() -> Vec<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../alerts/gpu-rules.yaml");
+    let rules: serde_json::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    rules["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .filter_map(|r| r["record"].as_str().map(str::to_string))
+        .collect()
+}
+
 #[test]
 fn queries_name_only_metrics_the_exporter_serves() {
     let mut known: Vec<String> = gpu_exporter::render::families::ALL.iter().map(|f| f.sample_name()).collect();
     known.extend(gpu_exporter::health::metrics::ALL.iter().map(|f| f.sample_name()));
+    known.extend(recorded_rules());
     for (file, dashboard) in dashboards() {
         let variables =
             dashboard["templating"]["list"].as_array().unwrap().iter().filter_map(|v| v["definition"].as_str());
         for expr in queries(&dashboard).iter().map(String::as_str).chain(variables) {
-            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-                if word.starts_with("gpu_") {
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')) {
+                if word.starts_with("gpu_") || (word.contains(':') && word.contains(":gpu_")) {
                     assert!(known.iter().any(|k| k == word), "{file}: unknown metric {word} in {expr}");
                 }
             }

@@ -1,10 +1,16 @@
 //! Helpers the workspace's integration tests share, so that no crate's tests carry a
 //! copy of another's: a test certificate authority ([`pki`]), a TLS client
-//! configuration ([`tls`]), every rendering of the `deploy/` manifests ([`deploy`]), and
-//! the API server the exporter's node-scoped watches talk to ([`kube_api`]). A dev-dependency only; nothing here ships.
+//! configuration ([`tls`]), every rendering of the `deploy/` manifests ([`deploy`]), the
+//! API server the exporter's node-scoped watches talk to ([`kube_api`]), an in-test
+//! Kubernetes API server ([`apiserver`]), typed Kubernetes objects for it ([`cluster`]),
+//! and simulated GPU nodes and the metrics adapter as processes behind it
+//! ([`simulated`]). A dev-dependency only; nothing here ships.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
+pub mod apiserver;
+pub mod cluster;
 pub mod deploy;
 pub mod kube_api;
 pub mod pki;
+pub mod simulated;
 pub mod tls;

@@ -1,0 +1,54 @@
+//! The price table and the `gpu-cost` recording rules agree: the block between the
+//! markers in `alerts/gpu-rules.yaml` is exactly what `kubectl_gpu::rules::cost_group`
+//! generates from `alerts/gpu-prices.yaml` (the table the plugin compiles in). Rewrite
+//! the block with `UPDATE_GOLDEN=1 cargo test -p kubectl-gpu --test price_rules`, then run
+//! `scripts/gen-deploy` for the PrometheusRule copy under deploy/.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+
+use kubectl_gpu::prices::{DEFAULT_TABLE, PriceTable};
+use kubectl_gpu::rules::{BEGIN, END, block_in, cost_group};
+
+fn rules_file() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../alerts/gpu-rules.yaml")
+}
+
+#[test]
+fn the_cost_rules_are_generated_from_the_price_table() {
+    let table = PriceTable::defaults().unwrap();
+    let wanted = cost_group(&table);
+    let path = rules_file();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let Some((start, end)) = block_in(&text) else {
+        panic!("{} has no block between {BEGIN:?} and {END:?}", path.display());
+    };
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        let updated = format!("{}{wanted}{}", &text[..start], &text[end..]);
+        std::fs::write(&path, updated).unwrap();
+        return;
+    }
+    assert!(
+        text[start..end] == wanted,
+        "alerts/gpu-rules.yaml's gpu-cost rules disagree with alerts/gpu-prices.yaml; regenerate with \
+         UPDATE_GOLDEN=1 cargo test -p kubectl-gpu --test price_rules, then scripts/gen-deploy"
+    );
+}
+
+#[test]
+fn the_compiled_in_table_is_the_file() {
+    let file =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../alerts/gpu-prices.yaml")).unwrap();
+    assert_eq!(DEFAULT_TABLE, file);
+}
+
+#[test]
+fn a_changed_price_changes_the_rules() {
+    let mut table = PriceTable::defaults().unwrap();
+    let before = cost_group(&table);
+    table.apply_flag("H100=4.75").unwrap();
+    let after = cost_group(&table);
+    assert_ne!(before, after, "the test above would catch a price changed in one place only");
+    assert!(after.contains("4.75 * group by (cluster, node, gpu, uuid, model) (gpu_info{model=~\"NVIDIA H100.*\"}"));
+}

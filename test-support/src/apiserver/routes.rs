@@ -1,0 +1,339 @@
+//! The in-test API server's routes: authentication (bearer token) and recording as a
+//! layer, then one handler per path, each authorizing its request as kube-apiserver
+//! would derive its attributes.
+
+use std::collections::BTreeMap;
+
+use axum::Router;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status};
+use k8s_openapi::{List, ListableResource};
+use serde::Serialize;
+
+use super::rbac::Attributes;
+use super::selectors::Selector;
+use super::{Access, ApiServer, Recorded, User};
+
+type Params = Query<BTreeMap<String, String>>;
+
+fn status(code: StatusCode, reason: &str, message: impl Into<String>) -> Response {
+    let body = Status {
+        code: Some(i32::from(code.as_u16())),
+        message: Some(message.into()),
+        reason: Some(reason.into()),
+        status: Some("Failure".into()),
+        ..Status::default()
+    };
+    let mut value = serde_json::to_value(&body).unwrap();
+    value["kind"] = "Status".into();
+    value["apiVersion"] = "v1".into();
+    (code, [("content-type", "application/json")], value.to_string()).into_response()
+}
+
+fn json<T: Serialize>(value: &T) -> Response {
+    (StatusCode::OK, [("content-type", "application/json")], serde_json::to_string(value).unwrap()).into_response()
+}
+
+pub(super) fn router(server: ApiServer) -> Router {
+    Router::new()
+        .route("/api/v1/nodes", get(list_nodes))
+        .route("/api/v1/nodes/{name}", get(get_node))
+        .route("/api/v1/pods", get(list_all_pods))
+        .route("/api/v1/namespaces/{ns}/pods", get(list_pods))
+        .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/proxy/{*rest}", get(proxy))
+        .route("/api/v1/namespaces/{ns}/configmaps/{name}", get(get_config_map))
+        .route("/apis/{group}/{version}/namespaces/{ns}/{resource}/{name}/{subresource}", get(aggregated))
+        .fallback(|req: Request| async move {
+            status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                format!("the server could not find the requested resource ({})", req.uri().path()),
+            )
+        })
+        .layer(from_fn_with_state(server.clone(), authenticate))
+        .with_state(server)
+}
+
+async fn authenticate(State(server): State<ApiServer>, mut req: Request, next: Next) -> Response {
+    let token =
+        req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let user = token.and_then(|t| server.state().users.get(t).cloned());
+    let (method, path, query) =
+        (req.method().to_string(), req.uri().path().to_string(), req.uri().query().unwrap_or_default().to_string());
+    let name = user.as_ref().map_or_else(|| "system:anonymous".to_string(), |u| u.name.clone());
+    let response = match user {
+        None => status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized"),
+        Some(user) => {
+            req.extensions_mut().insert(user);
+            next.run(req).await
+        }
+    };
+    let recorded = Recorded { method, path, query, user: name, status: response.status().as_u16() };
+    server.state().requests.push(recorded);
+    response
+}
+
+/// The 403 answer, if `user` may not make the request.
+fn refuse(user: &User, attrs: Attributes) -> Option<Response> {
+    match &user.access {
+        Access::All => None,
+        Access::Rbac(grants) if grants.allows(&attrs) => None,
+        Access::Rbac(_) => Some(status(StatusCode::FORBIDDEN, "Forbidden", attrs.forbidden_message(&user.name))),
+    }
+}
+
+fn core(verb: &'static str, resource: &str, namespace: Option<&str>, name: Option<&str>) -> Attributes {
+    Attributes {
+        verb,
+        api_group: String::new(),
+        resource: resource.into(),
+        subresource: String::new(),
+        namespace: namespace.map(str::to_string),
+        name: name.map(str::to_string),
+    }
+}
+
+/// The fields of an object a field selector may name.
+type Fields = BTreeMap<String, String>;
+
+/// A list as the API serves it: selectors, then a page of `limit` from `continue`.
+fn list<T: ListableResource + Serialize + Clone>(
+    objects: Vec<(T, Fields, Fields)>,
+    params: &BTreeMap<String, String>,
+    indexed: &[&str],
+    resource_version: u64,
+) -> Response {
+    let parse = |key: &str| Selector::parse(params.get(key).map_or("", String::as_str));
+    let (labels, fields) = match (parse("labelSelector"), parse("fieldSelector")) {
+        (Ok(l), Ok(f)) => (l, f),
+        (Err(e), _) | (_, Err(e)) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
+    };
+    if let Some(bad) = fields.keys().into_iter().find(|k| !indexed.contains(k)) {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", format!("field label not supported: {bad}"));
+    }
+    let matching: Vec<T> =
+        objects.into_iter().filter(|(_, l, f)| labels.matches(l) && fields.matches(f)).map(|(o, ..)| o).collect();
+    let start: usize = params.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let limit = params.get("limit").and_then(|l| l.parse().ok()).filter(|l: &usize| *l > 0).unwrap_or(usize::MAX);
+    let end = start.saturating_add(limit).min(matching.len());
+    let more = end < matching.len();
+    let page = List {
+        items: matching[start.min(end)..end].to_vec(),
+        metadata: ListMeta {
+            resource_version: Some(resource_version.to_string()),
+            continue_: more.then(|| end.to_string()),
+            ..ListMeta::default()
+        },
+    };
+    let mut value = serde_json::to_value(&page).unwrap();
+    value["kind"] = T::LIST_KIND.into();
+    value["apiVersion"] = "v1".into();
+    json(&value)
+}
+
+async fn list_nodes(
+    State(s): State<ApiServer>,
+    axum::Extension(user): axum::Extension<User>,
+    Query(q): Params,
+) -> Response {
+    if let Some(r) = refuse(&user, core("list", "nodes", None, None)) {
+        return r;
+    }
+    let state = s.state();
+    let nodes = state
+        .nodes
+        .values()
+        .map(|n| {
+            let labels = n.metadata.labels.clone().unwrap_or_default();
+            let unschedulable = n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+            let fields = Fields::from([
+                ("metadata.name".into(), n.metadata.name.clone().unwrap_or_default()),
+                ("spec.unschedulable".into(), unschedulable.to_string()),
+            ]);
+            (n.clone(), labels, fields)
+        })
+        .collect();
+    list(nodes, &q, &["metadata.name", "spec.unschedulable"], state.resource_version)
+}
+
+async fn get_node(
+    State(s): State<ApiServer>,
+    axum::Extension(user): axum::Extension<User>,
+    Path(name): Path<String>,
+) -> Response {
+    if let Some(r) = refuse(&user, core("get", "nodes", None, Some(&name))) {
+        return r;
+    }
+    match s.state().nodes.get(&name) {
+        Some(n) => json(n),
+        None => status(StatusCode::NOT_FOUND, "NotFound", format!("nodes {name:?} not found")),
+    }
+}
+
+fn pods(s: &ApiServer, namespace: Option<&str>, q: &BTreeMap<String, String>) -> Response {
+    let state = s.state();
+    let pods = state
+        .pods
+        .iter()
+        .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
+        .map(|((ns, name), p)| {
+            let labels = p.metadata.labels.clone().unwrap_or_default();
+            let spec = p.spec.as_ref();
+            let st = p.status.as_ref();
+            let fields = Fields::from([
+                ("metadata.name".into(), name.clone()),
+                ("metadata.namespace".into(), ns.clone()),
+                ("spec.nodeName".into(), spec.and_then(|s| s.node_name.clone()).unwrap_or_default()),
+                ("status.phase".into(), st.and_then(|s| s.phase.clone()).unwrap_or_default()),
+                ("status.podIP".into(), st.and_then(|s| s.pod_ip.clone()).unwrap_or_default()),
+            ]);
+            (p.clone(), labels, fields)
+        })
+        .collect();
+    let indexed = ["metadata.name", "metadata.namespace", "spec.nodeName", "status.phase", "status.podIP"];
+    list(pods, q, &indexed, state.resource_version)
+}
+
+async fn list_all_pods(
+    State(s): State<ApiServer>,
+    axum::Extension(user): axum::Extension<User>,
+    Query(q): Params,
+) -> Response {
+    match refuse(&user, core("list", "pods", None, None)) {
+        None => pods(&s, None, &q),
+        Some(r) => r,
+    }
+}
+
+async fn list_pods(
+    State(s): State<ApiServer>,
+    axum::Extension(user): axum::Extension<User>,
+    Path(ns): Path<String>,
+    Query(q): Params,
+) -> Response {
+    match refuse(&user, core("list", "pods", Some(&ns), None)) {
+        None => pods(&s, Some(&ns), &q),
+        Some(r) => r,
+    }
+}
+
+async fn get_pod(
+    State(s): State<ApiServer>,
+    axum::Extension(user): axum::Extension<User>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    if let Some(r) = refuse(&user, core("get", "pods", Some(&ns), Some(&name))) {
+        return r;
+    }
+    match s.state().pods.get(&(ns, name.clone())) {
+        Some(p) => json(p),
+        None => status(StatusCode::NOT_FOUND, "NotFound", format!("pods {name:?} not found")),
+    }
+}
+
+/// `[scheme:]name[:port]`, as kube-apiserver splits a proxy target.
+fn split_target(target: &str) -> (Option<&str>, &str, Option<&str>) {
+    let parts: Vec<&str> = target.split(':').collect();
+    match parts.as_slice() {
+        [scheme @ ("http" | "https"), name, port] => (Some(scheme), name, Some(port)),
+        [name, port] => (None, name, Some(port)),
+        _ => (None, target, None),
+    }
+}
+
+async fn proxy(
+    State(s): State<ApiServer>,
+    axum::Extension(user): axum::Extension<User>,
+    Path((ns, target, rest)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    let (_, name, port) = split_target(&target);
+    let mut attrs = core("get", "pods", Some(&ns), Some(name));
+    attrs.subresource = "proxy".into();
+    if let Some(r) = refuse(&user, attrs) {
+        return r;
+    }
+    let (pod, backend) = {
+        let state = s.state();
+        (
+            state.pods.get(&(ns.clone(), name.to_string())).cloned(),
+            state.proxies.get(&(ns.clone(), name.to_string())).cloned(),
+        )
+    };
+    let Some(pod) = pod else {
+        return status(StatusCode::NOT_FOUND, "NotFound", format!("pods {name:?} not found"));
+    };
+    let declared: Vec<String> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .flat_map(|c| c.ports.iter().flatten())
+        .map(|p| p.container_port.to_string())
+        .collect();
+    let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default();
+    let unreachable = |port: &str| {
+        let body = format!("error trying to reach service: dial tcp {ip}:{port}: connect: connection refused");
+        (StatusCode::SERVICE_UNAVAILABLE, [("content-type", "text/plain; charset=utf-8")], body).into_response()
+    };
+    let port = port.map(str::to_string).or_else(|| declared.first().cloned()).unwrap_or_else(|| "80".into());
+    let (true, Some(backend)) = (declared.contains(&port), backend) else { return unreachable(&port) };
+    if matches!(backend, super::Backend::Refused) {
+        return unreachable(&port);
+    }
+    let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+    let answer = backend.get(&format!("/{rest}{query}")).await;
+    let code = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    (code, [("content-type", answer.content_type)], answer.body).into_response()
+}
+
+async fn get_config_map(
+    State(s): State<ApiServer>,
+    axum::Extension(user): axum::Extension<User>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    if let Some(r) = refuse(&user, core("get", "configmaps", Some(&ns), Some(&name))) {
+        return r;
+    }
+    match s.state().config_maps.get(&(ns, name.clone())) {
+        Some(cm) => json(cm),
+        None => status(StatusCode::NOT_FOUND, "NotFound", format!("configmaps {name:?} not found")),
+    }
+}
+
+async fn aggregated(
+    State(s): State<ApiServer>,
+    axum::Extension(user): axum::Extension<User>,
+    Path((group, _version, ns, resource, name, subresource)): Path<(String, String, String, String, String, String)>,
+    req: Request,
+) -> Response {
+    let attrs = Attributes {
+        verb: "get",
+        api_group: group.clone(),
+        resource,
+        subresource,
+        namespace: Some(ns),
+        name: Some(name),
+    };
+    if let Some(r) = refuse(&user, attrs) {
+        return r;
+    }
+    let Some(backend) = s.state().aggregated.get(&group).cloned() else {
+        return status(StatusCode::NOT_FOUND, "NotFound", "the server could not find the requested resource");
+    };
+    let path = req.uri().path_and_query().map_or_else(|| req.uri().path().to_string(), |p| p.to_string());
+    let answer = backend.get(&path).await;
+    if answer.status == 503 && answer.body.starts_with(b"error trying to reach service") {
+        return status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        );
+    }
+    let code = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    (code, [("content-type", answer.content_type)], answer.body).into_response()
+}
