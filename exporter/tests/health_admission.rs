@@ -143,6 +143,8 @@ fn sick() -> Verdict {
         pending: vec![],
         notes: vec![],
         changed: true,
+        gpus: vec![],
+        node_scope: None,
     }
 }
 

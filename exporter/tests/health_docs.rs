@@ -86,6 +86,9 @@ fn the_deploy_files_allow_exactly_the_names_the_loop_writes() {
         node_selector: String::new(),
         config_map: "gpu-health-breaker".into(),
         grace: std::time::Duration::from_secs(300),
+        max_gpu_fraction: 0.1,
+        max_gpus: None,
+        gpu_count_label: "nvidia.com/gpu.count".into(),
     };
     let rbac = read("deploy/base/health/rbac.yaml");
     assert!(policy.contains(&format!("'{}'", breaker.config_map)));
