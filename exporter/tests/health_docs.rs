@@ -92,9 +92,24 @@ fn the_deploy_files_allow_exactly_the_names_the_loop_writes() {
     };
     let rbac = read("deploy/base/health/rbac.yaml");
     assert!(policy.contains(&format!("'{}'", breaker.config_map)));
-    assert!(rbac.contains(&format!("[\"{}\"]", breaker.config_map)));
     let args = <Args as clap::Parser>::try_parse_from(["gpu-exporter"]).unwrap();
     assert_eq!(args.health.breaker_config_map, breaker.config_map);
     assert_eq!(args.health.domain, names.domain);
     assert!(policy.contains("authentication.kubernetes.io/node-name"));
+    // Device taints: the owner label and node annotation the rules carry, the resource,
+    // the GPU breaker's ConfigMap.
+    for name in [&names.rule_node_key, &names.managed_by] {
+        assert!(policy.contains(&format!("'{name}'")), "the admission policy does not name {name}");
+    }
+    assert!(policy.contains("'app.kubernetes.io/managed-by'"));
+    assert!(policy.contains(&format!("'{}'", breaker.gpu_config_map())));
+    assert!(rbac.contains(&format!("[\"{}\", \"{}\"]", breaker.config_map, breaker.gpu_config_map())), "{rbac}");
+    assert!(rbac.contains("resources: [\"devicetaintrules\"]"));
+    for version in gpu_exporter::health::device_rules_api::RuleVersion::PREFERRED {
+        assert!(
+            policy.contains(&format!("\"{}\"", version.as_str())),
+            "the policy does not match {}",
+            version.as_str()
+        );
+    }
 }
