@@ -1,17 +1,19 @@
 //! The API edge of device taints: which `resource.k8s.io` version serves
 //! DeviceTaintRules, and the loop's own rules listed, created, retagged and deleted.
 //!
-//! **Version.** DeviceTaintRule is `v1alpha3` in Kubernetes 1.33 to 1.35 (behind the
-//! `DRADeviceTaints` and, from 1.35, `DRADeviceTaintRules` gates), `v1beta2` in 1.36 and
-//! `v1` in 1.37; the three schemas of the fields the loop writes (selector by driver,
+//! **Version.** DeviceTaintRule is `v1alpha3` in Kubernetes 1.33 to 1.35 (behind feature
+//! gates that are off by default), `v1beta2` in 1.36 and `v1` in 1.37 (KEP-5055 is GA
+//! there); the three schemas of the fields the loop writes (selector by driver,
 //! pool and device; one taint) are the same. The loop asks the API server once, at its
 //! first reconcile: `GET /apis/resource.k8s.io` for the versions served, then
 //! `GET /apis/resource.k8s.io/<version>` for the first of `v1`, `v1beta2`, `v1alpha3`
 //! it serves, until one lists `devicetaintrules` (2 requests on a 1.37 cluster, once
 //! per exporter start). A cluster that serves none has no per-GPU quarantine: the
 //! policy holds the node instead and the condition says why. A rule request answered
-//! 404 (the version went away in an upgrade) asks again. The objects are built as
-//! `resource.k8s.io/v1` types and converted field for field to the version served.
+//! 403, 404 or 422 (a policy refused it, the version went away in an upgrade) turns
+//! per-GPU quarantine off on the node until the exporter restarts, which asks again. The
+//! objects are built as `resource.k8s.io/v1` types and converted field for field to the
+//! version served.
 //!
 //! **Requests.** The loop's rules are listed by label selector, from the API server's
 //! cache (`resourceVersion=0`) unless fresh is asked for, and only while the node's
@@ -196,13 +198,7 @@ impl DeviceRules {
         self.served.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// Forgets what discovery found (a rule request answered 404).
-    pub fn forget(&self) {
-        *self.served.lock().unwrap_or_else(PoisonError::into_inner) = None;
-    }
-
-    /// Which version serves DeviceTaintRules; asks the API server the first time (and
-    /// after [`forget`](Self::forget)).
+    /// Which version serves DeviceTaintRules; asks the API server the first time.
     pub async fn discover(&self) -> Result<Served> {
         if let Some(served) = self.served() {
             return Ok(served);

@@ -302,6 +302,9 @@ mod tests {
 
     #[test]
     fn names_are_stable_valid_and_tell_drivers_apart() {
+        // Pinned: a rule made by one version must be found by the next (docs/health.md shows it).
+        let documented = DraDevice { driver: "gpu.nvidia.com".into(), pool: "gpu-01".into(), device: "gpu-3".into() };
+        assert_eq!(rule_name("gpu-01", &documented), "gpu-health.gpu-01.gpu-3-f418e425");
         let a = rule_name("gpu-1", &device("gpu-3"));
         assert!(a.starts_with("gpu-health.gpu-1.gpu-3-"), "{a}");
         assert_eq!(a, rule_name("gpu-1", &device("gpu-3")), "deterministic");

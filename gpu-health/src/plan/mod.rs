@@ -1432,4 +1432,22 @@ mod tests {
         assert_eq!(r.node_patch.as_ref().unwrap()["spec"]["unschedulable"], Value::Null);
         assert_eq!(r.events.iter().map(|e| e.reason).collect::<Vec<_>>(), vec!["GPURecovered"]);
     }
+
+    #[test]
+    fn a_mig_gpu_gets_a_rule_per_device_and_one_place() {
+        let mut v = holding(&[3], None);
+        v.gpus[0].devices.push(DraDevice { device: "gpu-3-mig-1g10gb-0".into(), ..dev(3) });
+        let first = gpu_plan(&node(), &v, &[], Permit::NotAsked);
+        assert_eq!(first.needs_gpu_permit, vec!["GPU-3".to_string()], "one place for the GPU");
+        let p = gpu_plan(&node(), &v, &[], Permit::Granted);
+        assert_eq!(p.rules.len(), 2, "the GPU and its MIG instance: {:?}", p.rules);
+        let rules = rules_after(&[], &p);
+        let q = apply(&node(), &p);
+        assert_eq!(claim(&q).gpus[0].rules.len(), 2);
+        // A MIG instance made later, while the GPU is held, is tainted too, without a new place.
+        v.gpus[0].devices.push(DraDevice { device: "gpu-3-mig-1g10gb-1".into(), ..dev(3) });
+        let later = gpu_plan(&q, &v, &rules, Permit::NotAsked);
+        assert!(later.needs_gpu_permit.is_empty());
+        assert_eq!(later.rules.len(), 1);
+    }
 }
