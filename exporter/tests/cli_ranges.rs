@@ -55,6 +55,27 @@ const ROWS: &[Row] = &[
         ["-0.001", "1.001"],
     ),
     row("health.breaker.max-nodes", "GPU_EXPORTER_HEALTH_BREAKER_MAX_NODES", "1 to 5000", ["1", "5000"], ["0", "5001"]),
+    row(
+        "health.breaker.max-gpu-fraction",
+        "GPU_EXPORTER_HEALTH_BREAKER_MAX_GPU_FRACTION",
+        "0 to 1",
+        ["0", "1"],
+        ["-0.001", "1.001"],
+    ),
+    row(
+        "health.breaker.max-gpus",
+        "GPU_EXPORTER_HEALTH_BREAKER_MAX_GPUS",
+        "1 to 40000",
+        ["1", "40000"],
+        ["0", "40001"],
+    ),
+    row(
+        "health.gpu-quarantine.max-fraction",
+        "GPU_EXPORTER_HEALTH_GPU_QUARANTINE_MAX_FRACTION",
+        "0 to 1",
+        ["0", "1"],
+        ["-0.001", "1.001"],
+    ),
     row("health.api-attempts", "GPU_EXPORTER_HEALTH_API_ATTEMPTS", "1 to 10", ["1", "10"], ["0", "11"]),
     row("health.api-timeout", "GPU_EXPORTER_HEALTH_API_TIMEOUT", "1s to 2m", ["1s", "2m"], ["999ms", "121"]),
 ];
@@ -166,7 +187,7 @@ fn a_refused_setting_makes_no_api_request() {
     let api = FakeApi::start();
     api.add_node(gpu_node("test-node"));
     let config = api.kubeconfig(dir.path());
-    let cases: [Refusal; 4] = [
+    let cases: [Refusal; 5] = [
         // Out of range, from the original deployment's variable.
         (
             &[],
@@ -176,6 +197,12 @@ fn a_refused_setting_makes_no_api_request() {
         (&[], &[("GPU_EXPORTER_HEALTH_DEBOUNCE_CHECKS", "0")], &["--health.debounce-checks", "1 to 20"]),
         // Refused by the settings check after parsing.
         (&["--health.domain", "Not A Domain"], &[], &["--health.domain \"Not A Domain\""]),
+        // A value that is not one of a flag's choices.
+        (
+            &["--health.gpu-quarantine.effect", "PreferNoSchedule"],
+            &[],
+            &["--health.gpu-quarantine.effect", "NoSchedule", "NoExecute"],
+        ),
         // A cross-check between two flags.
         (
             &["--kubelet.refresh-interval", "2s", "--kubelet.timeout", "2s"],

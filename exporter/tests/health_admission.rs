@@ -13,9 +13,11 @@ use std::time::SystemTime;
 
 use cel_interpreter::{Context, Program, Value as Cel};
 use gpu_exporter::health::config::Names;
+use gpu_exporter::health::device_rules::{Effect, read_rule};
 use gpu_exporter::health::node_state::NodeView;
-use gpu_exporter::health::plan::{Mode, Permit, plan};
-use gpu_exporter::health::policy::{Health, Needs, Reason, Verdict};
+use gpu_exporter::health::observation::DraDevice;
+use gpu_exporter::health::plan::{Devices, Mode, Permit, RuleWrite, plan, plan_with};
+use gpu_exporter::health::policy::{Health, HeldGpu, Needs, Reason, Verdict};
 use health_support::{apply_node_patch, gpu_node};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
@@ -87,9 +89,10 @@ fn admit(p: &Policy, r: &Req) -> Option<String> {
     if let Some(n) = &r.bound_node {
         extra.insert("authentication.kubernetes.io/node-name".into(), json!([n]));
     }
+    let group = if r.resource == "devicetaintrules" { "resource.k8s.io" } else { "" };
     let request = json!({
         "userInfo": {"username": r.user, "extra": extra},
-        "resource": {"group": "", "version": "v1", "resource": r.resource},
+        "resource": {"group": group, "version": "v1", "resource": r.resource},
         "subResource": r.sub_resource,
         "operation": r.operation,
     });
@@ -143,6 +146,8 @@ fn sick() -> Verdict {
         pending: vec![],
         notes: vec![],
         changed: true,
+        gpus: vec![],
+        node_scope: None,
     }
 }
 
@@ -280,4 +285,141 @@ fn other_users_are_not_this_policys_business() {
     r.user = "admin".into();
     r.bound_node = None;
     assert_eq!(admit(&p, &r), None);
+}
+
+// ---- device taints (DeviceTaintRules) and the GPU breaker ------------------------------
+
+/// GPU 3 of gpu-01 held alone.
+fn gpu_held() -> Verdict {
+    let reason = Reason { gpu: Some(3), uuid: "GPU-3".into(), ..sick().reasons[0].clone() };
+    let device = DraDevice { driver: "gpu.nvidia.com".into(), pool: "gpu-01".into(), device: "gpu-3".into() };
+    let gpus = vec![HeldGpu {
+        index: 3,
+        uuid: "GPU-3".into(),
+        since: SystemTime::now(),
+        reasons: vec![reason.clone()],
+        devices: vec![device],
+    }];
+    Verdict { reasons: vec![reason], gpus, ..sick() }
+}
+
+/// The rule the loop creates for GPU 3 of gpu-01, as the API server stores it.
+fn created_rule(effect: Effect) -> Value {
+    let devices = Devices { rules: Some(&[]), permit: Permit::Granted, effect };
+    let p = plan_with(
+        &view(&gpu_node("gpu-01")),
+        &gpu_held(),
+        Mode::Enforce,
+        &Permit::NotAsked,
+        &names(),
+        SystemTime::now(),
+        &devices,
+    );
+    let Some(RuleWrite::Create(rule)) = p.rules.first() else { panic!("{:?}", p.rules) };
+    let mut rule = serde_json::to_value(rule).unwrap();
+    rule["metadata"]["uid"] = json!("u-1");
+    rule["metadata"]["resourceVersion"] = json!("7");
+    rule
+}
+
+fn rule_req(op: &'static str, old: Value, new: Value) -> Req {
+    req("devicetaintrules", "", op, old, new)
+}
+
+fn merged(rule: &Value, patch: Value) -> Value {
+    let mut out = rule.clone();
+    apply_node_patch(&mut out, &patch, true, false, "x");
+    out
+}
+
+#[test]
+fn the_loops_device_taint_writes_are_admitted() {
+    let p = policy();
+    let now = SystemTime::now();
+    for effect in [Effect::NoSchedule, Effect::NoExecute] {
+        let rule = created_rule(effect);
+        assert_eq!(admit(&p, &rule_req("CREATE", Value::Null, rule.clone())), None, "{effect:?}: {rule}");
+    }
+    let rule = created_rule(Effect::NoSchedule);
+    // The node patch of the same plan: the claim only.
+    let old = gpu_node("gpu-01");
+    let devices = Devices { rules: Some(&[]), permit: Permit::Granted, effect: Effect::NoSchedule };
+    let q = plan_with(&view(&old), &gpu_held(), Mode::Enforce, &Permit::NotAsked, &names(), now, &devices);
+    let recorded = patched(&old, q.node_patch.as_ref().unwrap(), false);
+    assert_eq!(admit(&p, &req("nodes", "", "UPDATE", old.clone(), recorded.clone())), None);
+    let with_condition = patched(&recorded, q.status_patch.as_ref().unwrap(), true);
+    assert_eq!(admit(&p, &req("nodes", "status", "UPDATE", recorded.clone(), with_condition.clone())), None);
+    // The value following the primary reason.
+    let moved = merged(&rule, json!({"spec": {"taint": {"value": "Xid62"}}}));
+    assert_eq!(admit(&p, &rule_req("UPDATE", rule.clone(), moved)), None);
+    // Recovery: the delete the plan makes.
+    let typed: k8s_openapi::api::resource::v1::DeviceTaintRule = serde_json::from_value(rule.clone()).unwrap();
+    let listed = vec![read_rule(&typed, &names(), "gpu-01").unwrap()];
+    let devices = Devices { rules: Some(&listed), permit: Permit::NotAsked, effect: Effect::NoSchedule };
+    let r = plan_with(&view(&with_condition), &well(), Mode::Enforce, &Permit::NotAsked, &names(), now, &devices);
+    assert!(matches!(&r.rules[..], [RuleWrite::Delete { .. }]), "{:?}", r.rules);
+    assert_eq!(admit(&p, &rule_req("DELETE", rule.clone(), Value::Null)), None);
+    // The GPU breaker: create its map, take GPU 3's place dropping a stale one, give it back.
+    let map = |data: Value| json!({"metadata": {"name": "gpu-health-breaker-gpus"}, "data": data});
+    assert_eq!(admit(&p, &req("configmaps", "", "CREATE", Value::Null, map(json!({})))), None);
+    let before = map(json!({"gpu-02_GPU-9": "t", "gpu-07_GPU-1": "t"}));
+    let taken = map(json!({"gpu-02_GPU-9": "t", "gpu-01_GPU-3": "t"}));
+    assert_eq!(admit(&p, &req("configmaps", "", "UPDATE", before, taken.clone())), None);
+    assert_eq!(admit(&p, &req("configmaps", "", "UPDATE", taken, map(json!({"gpu-02_GPU-9": "t"})))), None);
+}
+
+#[test]
+fn device_taints_beyond_its_own_are_refused() {
+    let p = policy();
+    let rule = created_rule(Effect::NoSchedule);
+    let denied = |r: Req, why: &str| {
+        let out = admit(&p, &r);
+        assert!(out.as_deref().is_some_and(|m| m.contains(why)), "expected refusal with {why:?}, got {out:?}");
+    };
+    let own = "may write only its own device taints";
+    let changed = |patch: Value| merged(&rule, patch);
+    // Another node's device, or a rule claiming another node.
+    denied(rule_req("CREATE", Value::Null, changed(json!({"spec": {"deviceSelector": {"pool": "gpu-02"}}}))), own);
+    let theirs = changed(json!({"metadata": {"annotations": {"gpu-telemetry.io/gpu-health-node": "gpu-02"}}}));
+    denied(rule_req("CREATE", Value::Null, theirs.clone()), own);
+    // Not as the loop writes them: no owner label, a broad selector, another key or effect, another name.
+    denied(rule_req("CREATE", Value::Null, changed(json!({"metadata": {"labels": null}}))), own);
+    denied(rule_req("CREATE", Value::Null, changed(json!({"spec": {"deviceSelector": {"device": null}}}))), own);
+    denied(
+        rule_req(
+            "CREATE",
+            Value::Null,
+            changed(json!({"spec": {"deviceSelector": {"deviceClassName": "gpu.nvidia.com"}}})),
+        ),
+        own,
+    );
+    denied(rule_req("CREATE", Value::Null, changed(json!({"spec": {"taint": {"key": "example.com/hold"}}}))), own);
+    denied(rule_req("CREATE", Value::Null, changed(json!({"spec": {"taint": {"effect": "None"}}}))), own);
+    denied(rule_req("CREATE", Value::Null, changed(json!({"metadata": {"name": "hold-everything"}}))), own);
+    // An admin's rule: not deleted, not changed, not taken over.
+    let admin = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+        "metadata": {"name": "gpu-health.gpu-01.maintenance", "labels": {"team": "infra"}},
+        "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": "gpu-01", "device": "gpu-5"},
+                 "taint": {"key": "gpu-telemetry.io/gpu-unhealthy", "value": "Maintenance", "effect": "NoSchedule"}}
+    });
+    let only = "may change or delete only the device taints of its own";
+    denied(rule_req("DELETE", admin.clone(), Value::Null), only);
+    let mut taken_over = admin.clone();
+    taken_over["metadata"]["labels"] = rule["metadata"]["labels"].clone();
+    taken_over["metadata"]["annotations"] = rule["metadata"]["annotations"].clone();
+    denied(rule_req("UPDATE", admin.clone(), taken_over), only);
+    // Another node's rule; its own rule pointed at another device.
+    denied(rule_req("DELETE", theirs, Value::Null), only);
+    denied(rule_req("UPDATE", rule.clone(), changed(json!({"spec": {"deviceSelector": {"device": "gpu-4"}}}))), only);
+    // Others' GPU places, and one that only looks like its own.
+    let map = |data: Value| json!({"metadata": {"name": "gpu-health-breaker-gpus"}, "data": data});
+    let place = "own node's place";
+    denied(req("configmaps", "", "UPDATE", map(json!({})), map(json!({"gpu-02_GPU-1": "t"}))), place);
+    denied(req("configmaps", "", "UPDATE", map(json!({})), map(json!({"gpu-010_GPU-1": "t"}))), place);
+    denied(req("configmaps", "", "UPDATE", map(json!({})), map(json!({"gpu-01": "t"}))), place);
+    // A token bound to no node.
+    let mut unbound = rule_req("CREATE", Value::Null, rule);
+    unbound.bound_node = None;
+    denied(unbound, "names no node");
 }

@@ -18,6 +18,8 @@ use serde_json::{Value, json};
 const CM: &str = "/api/v1/namespaces/gpu-telemetry/configmaps";
 const EVENTS: &str = "/api/v1/namespaces/default/events";
 const TAINT: &str = "gpu-telemetry.io/gpu-unhealthy";
+/// Why a device-plugin node's GPU 0 holds the whole node.
+const DEVICE_PLUGIN: &str = "GPU 0 is handed out by a device plugin, which cannot keep a single GPU from the scheduler";
 
 fn fleet(api: &FakeApi, n: usize) {
     for i in 1..=n {
@@ -319,7 +321,7 @@ fn an_operator_reset_acknowledgement_releases_a_reset_the_loop_could_not_see() {
 
 #[test]
 fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
-    use gpu_exporter::health::node_state::{Applied, Claim, Found, Overridden, QuarantineState};
+    use gpu_exporter::health::node_state::{Applied, Claim, Found, GpuClaim, Overridden, QuarantineState};
     use gpu_exporter::health::policy::{Latch, Needs, Reason};
 
     let api = FakeApi::start();
@@ -350,6 +352,16 @@ fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
         blocked: false,
         intended: vec![],
         boot_id: "boot-gpu-01".into(),
+        gpus: vec![GpuClaim {
+            index: 0,
+            uuid: "GPU-0000".into(),
+            since,
+            devices: vec![],
+            rules: vec![],
+            overridden: false,
+            blocked: false,
+        }],
+        node_scope: Some(DEVICE_PLUGIN.into()),
     };
     api.patch_node_as(
         "gpu-01",
@@ -360,7 +372,8 @@ fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
                 {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
                 {"key": TAINT, "value": "Xid79", "effect": "NoSchedule"}
             ]},
-            "status": {"conditions": [{"type": "GPUHealthy", "status": "False", "reason": "Xid79", "message": reason.describe()}]}
+            "status": {"conditions": [{"type": "GPUHealthy", "status": "False", "reason": "Xid79",
+                "message": format!("the whole node is held: {DEVICE_PLUGIN}; {}", reason.describe())}]}
         }),
     );
     // The first read of the node fails; the GPU looks fine (a restart forgets the XID).

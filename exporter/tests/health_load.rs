@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use gpu_exporter::health::node_state::{Applied, Claim, Found, Overridden, QuarantineState};
 use gpu_exporter::health::policy::{Health, Needs, Reason};
-use health_support::in_process::{Loop, NS, settings, snapshot, xid79};
+use health_support::in_process::{Loop, NS, node_snapshot, settings, snapshot, xid79};
 use health_support::{FakeApi, Request, gpu_node};
 use serde_json::{Value, json};
 
@@ -52,6 +52,8 @@ fn quarantined_claim(node: &str) -> String {
         blocked: false,
         intended: vec![],
         boot_id: format!("boot-{node}"),
+        gpus: vec![],
+        node_scope: None,
     }
     .to_json()
 }
@@ -120,6 +122,7 @@ fn kind(r: &Request) -> &'static str {
         ("GET", ["api", "v1", "nodes"]) => "list nodes",
         ("GET", ["api", "v1", "nodes", _]) => "get node",
         ("GET", [.., "configmaps", _]) => "get configmap",
+        ("GET", ["apis", "resource.k8s.io", _, "devicetaintrules"]) => "list rules",
         ("GET", _) => "other read",
         _ => "write",
     }
@@ -170,12 +173,30 @@ fn api_requests_per_node_per_check() {
     assert_eq!(api.events_with_reason("GPUQuarantineBlocked").len(), 1);
     drop(blocked);
 
+    // One GPU of eight held alone by a device taint.
+    let api = cluster(0);
+    api.serve_resource_api(&["v1"], &["v1"]);
+    let eight = |g| {
+        node_snapshot(&name(1), g, 8, true, |i, gpu| {
+            if i == 3 {
+                xid79(gpu)
+            }
+        })
+    };
+    let gpu = Loop::start(&name(1), settings(&[]), &api.url(), eight(1));
+    gpu.wait("GPU 3 held", Duration::from_secs(10), |v| v.gpus.iter().any(|g| g.quarantined));
+    gpu.wait_checks(2);
+    let g = measure(&api, &gpu);
+    assert!(!gpu.view().quarantined, "the node is not");
+    drop(gpu);
+
     println!("API load of one node's health loop, {FLEET} GPU nodes, over {CHECKS} checks each:");
     println!("{}", h.line("healthy"));
     println!("{}", q.line("quarantined"));
     println!("{}", b.line("blocked"));
+    println!("{}", g.line("GPU held"));
 
-    for (what, f) in [("healthy", &h), ("quarantined", &q), ("blocked", &b)] {
+    for (what, f) in [("healthy", &h), ("quarantined", &q), ("blocked", &b), ("GPU held", &g)] {
         assert_eq!(f.kind("write"), 0, "{what}: a settled node writes nothing");
         assert_eq!(f.kind("other read"), 0, "{what}: {f:?}");
         assert_eq!(f.cached, f.requests(), "{what}: every read from the API server's cache: {f:?}");
@@ -185,6 +206,11 @@ fn api_requests_per_node_per_check() {
         assert!(f.kind("get node") as u64 <= f.checks + 1, "{what}: {f:?}");
         assert_eq!(f.requests(), f.kind("get node"), "{what}: {f:?}");
     }
+    // A GPU held alone: its node and its rules each check, both from the cache.
+    assert!(g.kind("get node") as u64 <= g.checks + 1, "{g:?}");
+    assert!(g.kind("list rules") as u64 <= g.checks + 1, "{g:?}");
+    assert_eq!(g.requests(), g.kind("get node") + g.kind("list rules"), "{g:?}");
+    assert!(g.listed as u64 <= g.checks + 1, "one rule listed per check: {g:?}");
     // Blocked: its node and the breaker's ConfigMap each check; the GPU nodes are
     // listed again only when the listing is older than its time to live, a random 50 to
     // 100 % of ten checks (breaker::FLEET_TTL_CHECKS), so at most every fifth check.

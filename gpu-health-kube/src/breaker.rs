@@ -29,6 +29,13 @@
 //! was behind costs a 409 and a fresh read, never a second place. A blocked node thus
 //! costs a read of its Node and of the ConfigMap per check, both from the cache,
 //! plus one listing per 5 to 10 checks.
+//!
+//! GPUs held by device taints take places of their own, one per GPU, in a second
+//! ConfigMap (`<config-map>-gpus`, [`BreakerSettings::gpu_config_map`]), by the same
+//! `PUT` with the `resourceVersion` read, against their own limit (a share of the
+//! fleet's GPUs, from the same listing: each node's GPU count label and the GPUs its
+//! claim holds). A node that holds GPU places and a node place at once (it widened
+//! from GPUs to the whole node) counts in both.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -39,9 +46,9 @@ use kube::api::{Api, GetParams, ListParams, ObjectMeta, PostParams};
 
 use crate::actions::OnRetry;
 use crate::retry::{Backoff, Failure, classify, retry};
-use gpu_health::breaker::{Decision, FleetNode, decide};
+use gpu_health::breaker::{Decision, FleetNode, decide, decide_gpus, gpu_key};
 use gpu_health::names::{BreakerSettings, Names};
-use gpu_health::node_state::{QuarantineState, claim_state};
+use gpu_health::node_state::{QuarantineState, claim_held_gpus, claim_state};
 
 /// Why the breaker could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -140,8 +147,7 @@ impl Breaker {
     /// The ConfigMap, created empty if missing: the latest version when `fresh`, else
     /// from the API server's cache (`resourceVersion=0`; a `PUT` based on a read that
     /// is behind answers 409, and the next round reads fresh).
-    async fn read(&self, fresh: bool) -> Result<ConfigMap> {
-        let name = &self.settings.config_map;
+    async fn read(&self, name: &str, fresh: bool) -> Result<ConfigMap> {
         let mut fresh = fresh;
         for _ in 0..ROUNDS {
             let params = if fresh { GetParams::default() } else { GetParams::any() };
@@ -157,7 +163,7 @@ impl Breaker {
                 return Ok(map);
             }
             let empty = ConfigMap {
-                metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
+                metadata: ObjectMeta { name: Some(name.to_string()), ..ObjectMeta::default() },
                 data: Some(BTreeMap::new()),
                 ..ConfigMap::default()
             };
@@ -169,7 +175,7 @@ impl Breaker {
                 Err(e) => return Err(Self::api("create")(e)),
             }
         }
-        Err(BreakerError::Contended(name.clone(), ROUNDS))
+        Err(BreakerError::Contended(name.to_string(), ROUNDS))
     }
 
     /// Lists the GPU nodes (metadata only, from the API server's cache) and keeps the listing.
@@ -182,14 +188,21 @@ impl Breaker {
             .items
             .into_iter()
             .map(|n| {
-                let quarantined = n
+                let claim = n.metadata.annotations.as_ref().and_then(|a| a.get(&self.names.state_annotation));
+                let quarantined =
+                    claim.and_then(|text| claim_state(text)).is_some_and(|state| state == QuarantineState::Quarantined);
+                let gpus = n
                     .metadata
-                    .annotations
+                    .labels
                     .as_ref()
-                    .and_then(|a| a.get(&self.names.state_annotation))
-                    .and_then(|text| claim_state(text))
-                    .is_some_and(|state| state == QuarantineState::Quarantined);
-                FleetNode { name: n.metadata.name.unwrap_or_default(), quarantined }
+                    .and_then(|l| l.get(&self.settings.gpu_count_label))
+                    .and_then(|v| v.trim().parse().ok());
+                FleetNode {
+                    name: n.metadata.name.unwrap_or_default(),
+                    quarantined,
+                    gpus,
+                    held_gpus: claim.map(|text| claim_held_gpus(text)).unwrap_or_default(),
+                }
             })
             .collect();
         let expires = Instant::now() + self.fleet_ttl.mul_f64(0.5 + 0.5 * fastrand::f64());
@@ -197,9 +210,8 @@ impl Breaker {
         Ok(fleet)
     }
 
-    async fn write(&self, mut map: ConfigMap, data: BTreeMap<String, String>) -> Result<bool> {
+    async fn write(&self, name: &str, mut map: ConfigMap, data: BTreeMap<String, String>) -> Result<bool> {
         map.data = Some(data);
-        let name = &self.settings.config_map;
         let params = PostParams::default();
         match retry(&self.backoff, || self.maps.replace(name, &params, &map), self.count("replace_config_map")).await {
             Ok(_) => Ok(true),
@@ -213,7 +225,7 @@ impl Breaker {
     /// fresh one.
     pub async fn acquire(&self, now: SystemTime) -> Result<Decision> {
         for round in 0..ROUNDS {
-            let map = self.read(round > 0).await?;
+            let map = self.read(&self.settings.config_map, round > 0).await?;
             let entries = map.data.clone().unwrap_or_default();
             if let Some(kept) = self.kept_fleet() {
                 let decision = decide(&entries, &kept, &self.node, now, self.grace, &self.settings);
@@ -228,7 +240,7 @@ impl Breaker {
             }
             let mut data = decision.entries.clone();
             data.insert(self.node.clone(), gpu_health::time::format(now));
-            if self.write(map, data.clone()).await? {
+            if self.write(&self.settings.config_map, map, data.clone()).await? {
                 decision.entries = data;
                 decision.holds = true;
                 decision.quarantined += 1;
@@ -241,20 +253,72 @@ impl Breaker {
 
     /// Gives this node's place back.
     pub async fn release(&self) -> Result<()> {
-        let name = &self.settings.config_map;
+        let name = self.settings.config_map.clone();
+        self.release_where(&name, |key| key == self.node).await
+    }
+
+    /// Gives back this node's entries in `name` that `drop` picks.
+    async fn release_where(&self, name: &str, drop: impl Fn(&str) -> bool) -> Result<()> {
         for _ in 0..ROUNDS {
             let found = retry(&self.backoff, || self.maps.get_opt(name), self.count("get_config_map"))
                 .await
                 .map_err(Self::api("get"))?;
             let Some(map) = found else { return Ok(()) };
             let mut data = map.data.clone().unwrap_or_default();
-            if data.remove(&self.node).is_none() {
+            let before = data.len();
+            data.retain(|key, _| !drop(key));
+            if data.len() == before {
                 return Ok(());
             }
-            if self.write(map, data).await? {
+            if self.write(name, map, data).await? {
                 return Ok(());
             }
         }
-        Err(BreakerError::Contended(self.settings.config_map.clone(), ROUNDS))
+        Err(BreakerError::Contended(name.to_string(), ROUNDS))
+    }
+
+    /// Asks for places for this node's GPUs `wanted` (UUIDs), all or none; `my_gpus`
+    /// counts for a GPU node without the count label. Granted when it holds them all.
+    /// As for nodes, a refusal may come from the kept listing, places only from a fresh one.
+    pub async fn acquire_gpus(&self, wanted: &[String], my_gpus: u32, now: SystemTime) -> Result<Decision> {
+        let name = self.settings.gpu_config_map();
+        let decide_on = |entries: &BTreeMap<String, String>, fleet: &[FleetNode]| {
+            decide_gpus(entries, fleet, &self.node, wanted, my_gpus, now, self.grace, &self.settings)
+        };
+        for round in 0..ROUNDS {
+            let map = self.read(&name, round > 0).await?;
+            let entries = map.data.clone().unwrap_or_default();
+            if let Some(kept) = self.kept_fleet() {
+                let decision = decide_on(&entries, &kept);
+                if decision.holds || !decision.granted {
+                    return Ok(decision);
+                }
+            }
+            let fleet = self.fleet().await?;
+            let mut decision = decide_on(&entries, &fleet);
+            if decision.holds || !decision.granted {
+                return Ok(decision);
+            }
+            let mut data = decision.entries.clone();
+            for uuid in wanted {
+                data.entry(gpu_key(&self.node, uuid)).or_insert_with(|| gpu_health::time::format(now));
+            }
+            if self.write(&name, map, data.clone()).await? {
+                decision.quarantined = data.len();
+                decision.entries = data;
+                decision.holds = true;
+                return Ok(decision);
+            }
+            tracing::debug!(config_map = %name, "another node changed the GPU breaker first; reading again");
+        }
+        Err(BreakerError::Contended(name, ROUNDS))
+    }
+
+    /// Gives back this node's GPU places except those of `keep` (UUIDs).
+    pub async fn release_gpus(&self, keep: &[String]) -> Result<()> {
+        let name = self.settings.gpu_config_map();
+        let prefix = format!("{}_", self.node);
+        self.release_where(&name, |key| key.strip_prefix(&prefix).is_some_and(|uuid| !keep.iter().any(|k| k == uuid)))
+            .await
     }
 }

@@ -36,6 +36,25 @@ pub enum HealthConfigError {
     Interval(Duration),
     #[error("--health.breaker.node-selector {0:?}: expected KEY=VALUE or KEY, comma-separated")]
     Selector(String),
+    #[error("{flag} ({variable}) {value}: expected a share from 0 to 1, such as {example}")]
+    Share { flag: &'static str, variable: &'static str, value: f64, example: &'static str },
+    #[error(
+        "--health.breaker.gpu-count-label (GPU_EXPORTER_HEALTH_BREAKER_GPU_COUNT_LABEL) {0:?}: expected a label key \
+         such as nvidia.com/gpu.count"
+    )]
+    CountLabel(String),
+}
+
+/// `--health.gpu-quarantine.effect`: what a device taint does to the pods on the device.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EffectArg {
+    /// No new claim gets the device; the pods using it keep running.
+    #[default]
+    #[value(name = "NoSchedule")]
+    NoSchedule,
+    /// Also evicts the pods using the device.
+    #[value(name = "NoExecute")]
+    NoExecute,
 }
 
 pub type Result<T, E = HealthConfigError> = std::result::Result<T, E>;
@@ -175,6 +194,57 @@ pub struct HealthArgs {
     )]
     pub breaker_max_nodes: Option<u32>,
 
+    /// No new device taint while this share of the fleet's GPUs is held by the loop's
+    /// device taints, 0 to 1 (at least one GPU may always be held, so 0 means one GPU).
+    /// GPUs are counted apart from nodes: one GPU held alone costs an eighth of a node.
+    #[arg(
+        long = "health.breaker.max-gpu-fraction",
+        env = "GPU_EXPORTER_HEALTH_BREAKER_MAX_GPU_FRACTION",
+        default_value_t = 0.1,
+        value_parser = Bounded::number(0.0f64, 1.0)
+    )]
+    pub breaker_max_gpu_fraction: f64,
+
+    /// No new device taint while this many GPUs are held by the loop's device taints
+    /// (replaces the share), 1 to 40000: 5000 nodes of 8 GPUs.
+    #[arg(
+        long = "health.breaker.max-gpus",
+        env = "GPU_EXPORTER_HEALTH_BREAKER_MAX_GPUS",
+        value_parser = Bounded::number(1u32, 40_000)
+    )]
+    pub breaker_max_gpus: Option<u32>,
+
+    /// The node label that counts a node's GPUs for the GPU share (GPU feature
+    /// discovery's); a node without it counts as many GPUs as this node has.
+    #[arg(
+        long = "health.breaker.gpu-count-label",
+        env = "GPU_EXPORTER_HEALTH_BREAKER_GPU_COUNT_LABEL",
+        default_value = "nvidia.com/gpu.count"
+    )]
+    pub breaker_gpu_count_label: String,
+
+    /// Hold failed GPUs one by one (a DRA device taint each) while they are at most this
+    /// share of the node's GPUs and no node-wide signal fires, 0 to 1 (0: always the
+    /// node). The default, 0.125, is one GPU of eight: more failing at once points at what
+    /// they share (a PCIe switch, power, the driver), so the node is quarantined.
+    #[arg(
+        long = "health.gpu-quarantine.max-fraction",
+        env = "GPU_EXPORTER_HEALTH_GPU_QUARANTINE_MAX_FRACTION",
+        default_value_t = 0.125,
+        value_parser = Bounded::number(0.0f64, 1.0)
+    )]
+    pub gpu_quarantine_max_fraction: f64,
+
+    /// Effect of the device taints: NoSchedule (no new claim gets the GPU) or NoExecute
+    /// (also evicts the pods using it).
+    #[arg(
+        long = "health.gpu-quarantine.effect",
+        env = "GPU_EXPORTER_HEALTH_GPU_QUARANTINE_EFFECT",
+        value_enum,
+        default_value_t = EffectArg::NoSchedule
+    )]
+    pub gpu_quarantine_effect: EffectArg,
+
     /// Label selector of the GPU nodes the share is taken of.
     #[arg(
         long = "health.breaker.node-selector",
@@ -221,6 +291,7 @@ pub struct HealthArgs {
     pub api_timeout: Duration,
 }
 
+pub use gpu_health::device_rules::Effect;
 pub use gpu_health::names::{BreakerSettings, Names};
 
 /// Everything the loop needs, checked.
@@ -238,6 +309,16 @@ pub struct HealthSettings {
     pub event_namespace: String,
     pub api_attempts: u32,
     pub api_timeout: Duration,
+    /// The effect of the loop's device taints.
+    pub gpu_effect: Effect,
+}
+
+fn share(flag: &'static str, variable: &'static str, value: f64, example: &'static str) -> Result<()> {
+    if value.is_finite() && (0.0..=1.0).contains(&value) {
+        Ok(())
+    } else {
+        Err(HealthConfigError::Share { flag, variable, value, example })
+    }
 }
 
 impl HealthArgs {
@@ -260,6 +341,22 @@ impl HealthArgs {
         if !selector_ok {
             return Err(HealthConfigError::Selector(self.breaker_node_selector.clone()));
         }
+        share(
+            "--health.breaker.max-gpu-fraction",
+            "GPU_EXPORTER_HEALTH_BREAKER_MAX_GPU_FRACTION",
+            self.breaker_max_gpu_fraction,
+            "0.1",
+        )?;
+        share(
+            "--health.gpu-quarantine.max-fraction",
+            "GPU_EXPORTER_HEALTH_GPU_QUARANTINE_MAX_FRACTION",
+            self.gpu_quarantine_max_fraction,
+            "0.125",
+        )?;
+        let label = self.breaker_gpu_count_label.trim();
+        if label.is_empty() || label.contains(['=', ',', ' ', '!']) {
+            return Err(HealthConfigError::CountLabel(self.breaker_gpu_count_label.clone()));
+        }
         Ok(HealthSettings {
             check_interval: self.check_interval,
             thresholds: Thresholds {
@@ -272,6 +369,7 @@ impl HealthArgs {
                 debounce_checks: self.debounce_checks.max(1),
                 recovery_checks: self.recovery_checks.max(1),
                 min_quarantine: self.min_quarantine,
+                gpu_max_fraction: self.gpu_quarantine_max_fraction,
             },
             xids,
             auto_cordon: self.auto_cordon,
@@ -283,11 +381,18 @@ impl HealthArgs {
                 node_selector: self.breaker_node_selector.clone(),
                 config_map: self.breaker_config_map.clone(),
                 grace: (self.check_interval * 5).max(Duration::from_secs(300)),
+                max_gpu_fraction: self.breaker_max_gpu_fraction,
+                max_gpus: self.breaker_max_gpus,
+                gpu_count_label: label.to_string(),
             },
             namespace: self.namespace.clone().filter(|n| !n.is_empty()),
             event_namespace: self.event_namespace.clone(),
             api_attempts: self.api_attempts.max(1),
             api_timeout: self.api_timeout,
+            gpu_effect: match self.gpu_quarantine_effect {
+                EffectArg::NoSchedule => Effect::NoSchedule,
+                EffectArg::NoExecute => Effect::NoExecute,
+            },
         })
     }
 }
@@ -331,6 +436,44 @@ mod tests {
         assert!(!s.dry_run);
         assert_eq!(s.names.taint_key, "gpu-telemetry.io/gpu-unhealthy");
         assert_eq!(s.breaker.limit(20), 2);
+        assert_eq!(s.policy.gpu_max_fraction, 0.125, "one GPU of eight");
+        assert_eq!(s.gpu_effect, Effect::NoSchedule);
+        assert_eq!(s.breaker.gpu_limit(160), 16, "10 % of the fleet's GPUs");
+        assert_eq!(s.breaker.gpu_config_map(), "gpu-health-breaker-gpus");
+        assert_eq!(s.breaker.gpu_count_label, "nvidia.com/gpu.count");
+    }
+
+    #[test]
+    fn the_gpu_quarantine_flags_parse_and_are_checked() {
+        let s = parse(&[
+            "--health.gpu-quarantine.max-fraction",
+            "0.25",
+            "--health.gpu-quarantine.effect",
+            "NoExecute",
+            "--health.breaker.max-gpus",
+            "3",
+        ])
+        .settings()
+        .unwrap();
+        assert_eq!((s.policy.gpu_max_fraction, s.gpu_effect), (0.25, Effect::NoExecute));
+        assert_eq!(s.breaker.gpu_limit(1000), 3);
+        let err = Cli::try_parse_from(["x", "--health.gpu-quarantine.effect", "PreferNoSchedule"]).unwrap_err();
+        let err = err.to_string();
+        assert!(err.contains("NoSchedule") && err.contains("NoExecute"), "{err}");
+        let mut wide = parse(&[]);
+        wide.gpu_quarantine_max_fraction = f64::NAN;
+        assert_eq!(
+            wide.settings().unwrap_err().to_string(),
+            "--health.gpu-quarantine.max-fraction (GPU_EXPORTER_HEALTH_GPU_QUARANTINE_MAX_FRACTION) NaN: expected a \
+             share from 0 to 1, such as 0.125"
+        );
+        let mut gpus = parse(&[]);
+        gpus.breaker_max_gpu_fraction = 2.0;
+        assert!(matches!(gpus.settings(), Err(HealthConfigError::Share { .. })));
+        assert!(matches!(
+            parse(&["--health.breaker.gpu-count-label", "a=b"]).settings(),
+            Err(HealthConfigError::CountLabel(_))
+        ));
     }
 
     #[test]

@@ -35,10 +35,19 @@
 //!   holds back also reads the breaker's ConfigMap, and lists the GPU nodes only
 //!   when its last listing is older than ten checks or a place looks free (see
 //!   [`breaker`]).
+//! - GPUs held one by one get DeviceTaintRules ([`device_rules`]; the loop's steps for
+//!   them are in `gpus.rs`): the first reconcile asks which `resource.k8s.io` version
+//!   serves them and takes back the GPUs its rules hold; a node with a GPU held alone
+//!   lists its rules (from the cache) at each check; creates and value changes go
+//!   before the node patch, deletes after it; a rule the API server refuses (403, 422,
+//!   a foreign rule under the loop's name) makes the policy hold the node instead,
+//!   until the exporter restarts, and the condition says why.
 
 pub mod actions;
 pub mod breaker;
 pub mod config;
+pub mod device_rules;
+mod gpus;
 pub mod retry;
 
 use std::sync::Arc;
@@ -50,9 +59,11 @@ use tokio::time::Instant;
 use actions::{ActionError, NodeApi};
 use breaker::{Breaker, BreakerError};
 use config::HealthSettings;
+use device_rules::{DeviceRules, RuleApiError};
+use gpu_health::device_rules::RuleView;
 use gpu_health::node_state::NodeView;
 use gpu_health::observation::Observation;
-use gpu_health::plan::{Mode, Permit, Plan, plan};
+use gpu_health::plan::{Devices, Mode, Permit, Plan, plan_with};
 use gpu_health::policy::{CheckKind, Health, PolicyState, Verdict};
 use gpu_health::signals::{self, Assessment};
 use gpu_health::view::{BreakerView, GpuHealth, HealthMetrics};
@@ -74,6 +85,8 @@ pub enum HealthError {
     Breaker(#[from] BreakerError),
     #[error("node {0} changed under us {1} times (409 Conflict on each update); giving up this check")]
     Contended(String, u32),
+    #[error(transparent)]
+    Rules(#[from] RuleApiError),
 }
 
 pub type Result<T, E = HealthError> = std::result::Result<T, E>;
@@ -101,6 +114,7 @@ impl HealthError {
             Self::Contended(..) | Self::Breaker(BreakerError::Contended(..)) => Cause::Contended,
             Self::Action(a) => of(a.source_error()),
             Self::Breaker(BreakerError::Api { source, .. }) => of(source),
+            Self::Rules(r) => r.source_error().map_or(Cause::Refused, of),
         }
     }
 }
@@ -120,11 +134,19 @@ impl HealthHandle {
     }
 }
 
+/// Whether a reconcile attempt finished or must read and plan again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    Done,
+    Again,
+}
+
 /// The API handles, when an API server is configured.
 #[derive(Debug, Clone)]
 struct Kube {
     node: NodeApi,
     breaker: Breaker,
+    rules: DeviceRules,
 }
 
 /// Starts the loop in report-only mode for `--kubernetes.api=off`: it never contacts
@@ -169,9 +191,11 @@ fn launch_with<S: Source>(
     metrics: Arc<HealthMetrics>,
 ) -> HealthHandle {
     let mode = mode_of(&settings);
+    let effect = settings.gpu_effect.as_str();
     metrics.update(|v| {
         v.mode = mode.as_str();
         v.api = api;
+        v.device_taint_effect = effect;
     });
     let health = HealthLoop {
         policy: PolicyState::new(settings.policy, settings.xids.clone()),
@@ -189,6 +213,9 @@ fn launch_with<S: Source>(
         last_intent: None,
         opted_out_logged: false,
         reset_ack: None,
+        rules_restored: false,
+        gpu_places: None,
+        damaged_logged: Vec::new(),
     };
     let task = tokio::spawn(health.run(snapshots));
     HealthHandle { metrics, task }
@@ -239,6 +266,14 @@ fn connect(
         backoff,
         on_retry.clone(),
     );
+    let rules = DeviceRules::new(
+        client.clone(),
+        settings.names.clone(),
+        node,
+        &settings.names.field_manager,
+        backoff,
+        on_retry.clone(),
+    );
     let breaker = Breaker::new(
         client,
         &namespace,
@@ -249,7 +284,7 @@ fn connect(
         on_retry,
         settings.check_interval.saturating_mul(breaker::FLEET_TTL_CHECKS),
     );
-    Some(Kube { node: node_api, breaker })
+    Some(Kube { node: node_api, breaker, rules })
 }
 
 struct HealthLoop {
@@ -272,6 +307,12 @@ struct HealthLoop {
     opted_out_logged: bool,
     /// The operator's reset annotation last taken.
     reset_ack: Option<String>,
+    /// Device taints were looked up (discovery, and the GPUs the loop's rules hold).
+    rules_restored: bool,
+    /// The GPUs (UUIDs) whose places in the GPU breaker this node holds, as last synced.
+    gpu_places: Option<Vec<String>>,
+    /// Warnings about damaged rules already logged.
+    damaged_logged: Vec<String>,
 }
 
 impl HealthLoop {
@@ -336,7 +377,11 @@ impl HealthLoop {
             }
         }
         let kind_label = if kind == CheckKind::Scheduled { "scheduled" } else { "event" };
-        let gpus = gpu_health(seen, obs, &verdict);
+        let mut gpus = gpu_health(seen, obs, &verdict);
+        let before = self.metrics.view().gpus;
+        for g in &mut gpus {
+            g.quarantined = before.iter().any(|b| b.uuid == g.uuid && b.quarantined);
+        }
         let (health, since, reasons) = (verdict.health, verdict.since, verdict.reasons.clone());
         self.metrics.update(|v| {
             *v.checks.entry(kind_label).or_default() += 1;
@@ -351,7 +396,7 @@ impl HealthLoop {
 
     /// Reads the claim an earlier run left on the Node, once.
     async fn ensure_restored(&mut self) {
-        let Some(kube) = &self.kube else { return };
+        let Some(kube) = self.kube.clone() else { return };
         if self.restored {
             return;
         }
@@ -364,6 +409,7 @@ impl HealthLoop {
         };
         let view = NodeView::from_node(&node, &self.settings.names);
         self.restore_from(&view);
+        self.restore_rules(&kube, &view).await;
     }
 
     fn restore_from(&mut self, view: &NodeView) {
@@ -446,8 +492,25 @@ impl HealthLoop {
             Health::Healthy => "keep or make the node schedulable, condition GPUHealthy=True".to_string(),
             Health::Unhealthy => {
                 let primary = verdict.primary_code();
+                let key = &self.settings.names.taint_key;
                 let scheduling = match self.mode {
-                    Mode::Enforce => format!("cordon, taint {}={primary}:NoSchedule, ", self.settings.names.taint_key),
+                    Mode::Enforce if !verdict.holds_node() => {
+                        let effect = self.settings.gpu_effect.as_str();
+                        let gpus: Vec<String> = verdict
+                            .gpus
+                            .iter()
+                            .map(|g| {
+                                format!(
+                                    "device-taint GPU {} ({}) {key}={}:{effect}, ",
+                                    g.index,
+                                    g.uuid,
+                                    g.primary_code()
+                                )
+                            })
+                            .collect();
+                        gpus.concat()
+                    }
+                    Mode::Enforce => format!("cordon, taint {key}={primary}:NoSchedule, "),
                     Mode::ConditionOnly => String::new(),
                     Mode::DryRun => "record a dry-run annotation of ".into(),
                 };
@@ -485,47 +548,76 @@ impl HealthLoop {
         }
     }
 
-    /// Reads the Node, plans, asks the breaker when the plan needs it, and writes;
-    /// on a 409 reads and plans again, up to `ATTEMPTS` times.
+    /// Reads the Node (and the loop's rules), plans, asks a breaker when the plan
+    /// needs it, and writes; on a 409 reads and plans again, up to `ATTEMPTS` times.
     async fn reconcile(&mut self) -> Result<()> {
         const ATTEMPTS: u32 = 5;
         let Some(kube) = self.kube.clone() else { return Ok(()) };
+        let mut fresh_rules = false;
         for attempt in 0..ATTEMPTS {
-            // From the API server's cache first; after a conflict, the latest version.
-            let node = kube.node.get(attempt > 0).await?;
-            let view = NodeView::from_node(&node, &self.settings.names);
-            let now = SystemTime::now();
-            if !self.restored {
-                self.restore_and_judge_again(&view, now);
-            }
-            self.take_reset_acknowledgement(&view);
-            let Some(verdict) = self.verdict.clone() else { return Ok(()) };
-            let (p, breaker_error) = self.plan_with_permit(&kube, &view, &verdict, now).await;
-            if self.opted_out(&p) {
+            if self.reconcile_once(&kube, attempt > 0, &mut fresh_rules).await? == Attempt::Done {
                 return Ok(());
             }
-            if let Some(patch) = &p.node_patch {
-                match kube.node.patch(patch).await {
-                    Ok(_) => {}
-                    Err(ActionError::Conflict { .. }) => {
-                        tracing::debug!(node = %self.node, "node changed since it was read; planning again");
-                        continue;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if let Some(patch) = &p.status_patch {
-                kube.node.patch_status(patch).await?;
-            }
-            let events_written = self.write_events(&kube, &view, &p, now).await;
-            self.leave_breaker_if_done(&kube, &p).await?;
-            if let Some(e) = breaker_error {
-                return Err(e.into());
-            }
-            self.count_actions(&p, events_written);
-            return Ok(());
         }
         Err(HealthError::Contended(self.node.clone(), ATTEMPTS))
+    }
+
+    /// One read, plan and write. Rule creates and value changes go before the node
+    /// patch, deletes after it (see [`Plan::rules`]).
+    async fn reconcile_once(&mut self, kube: &Kube, retried: bool, fresh_rules: &mut bool) -> Result<Attempt> {
+        // From the API server's cache first; after a conflict, the latest version.
+        let node = kube.node.get(retried).await?;
+        let view = NodeView::from_node(&node, &self.settings.names);
+        let now = SystemTime::now();
+        if !self.restored {
+            self.restore_and_judge_again(&view, now);
+        }
+        if !self.rules_restored && self.restore_rules(kube, &view).await {
+            self.judge_again(now);
+        }
+        self.take_reset_acknowledgement(&view);
+        let Some(verdict) = self.verdict.clone() else { return Ok(Attempt::Done) };
+        let fresh = retried || *fresh_rules;
+        let (rules, list_error) = self.rules_for(kube, &view, &verdict, fresh).await;
+        let (p, breaker_error) = self.plan_with_permit(kube, &view, &verdict, rules.as_deref(), now).await;
+        if p.rules_missing && !fresh {
+            // A rule the claim names is not in a cached listing: ask for the latest.
+            *fresh_rules = true;
+            return Ok(Attempt::Again);
+        }
+        if self.opted_out(&p) {
+            return Ok(Attempt::Done);
+        }
+        if self.write_rules(kube, &p, false, now).await? == Attempt::Again {
+            return Ok(Attempt::Again);
+        }
+        if let Some(patch) = &p.node_patch {
+            match kube.node.patch(patch).await {
+                Ok(_) => {}
+                Err(ActionError::Conflict { .. }) => {
+                    tracing::debug!(node = %self.node, "node changed since it was read; planning again");
+                    return Ok(Attempt::Again);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if self.write_rules(kube, &p, true, now).await? == Attempt::Again {
+            return Ok(Attempt::Again);
+        }
+        if let Some(patch) = &p.status_patch {
+            kube.node.patch_status(patch).await?;
+        }
+        let events_written = self.write_events(kube, &view, &p, now).await;
+        self.leave_breaker_if_done(kube, &p).await?;
+        self.sync_gpu_places(kube, &p).await?;
+        if let Some(e) = breaker_error {
+            return Err(e.into());
+        }
+        if let Some(e) = list_error {
+            return Err(e.into());
+        }
+        self.count_actions(&p, events_written);
+        Ok(Attempt::Done)
     }
 
     /// Never acts on a verdict reached without the state the node carries: takes it
@@ -533,6 +625,12 @@ impl HealthLoop {
     /// advances).
     fn restore_and_judge_again(&mut self, view: &NodeView, now: SystemTime) {
         self.restore_from(view);
+        self.judge_again(now);
+    }
+
+    /// Judges the last observation again, as an event check (no count advances), after
+    /// the policy learnt something (state restored, device taints refused).
+    fn judge_again(&mut self, now: SystemTime) {
         if let Some(obs) = self.last_obs.clone() {
             let verdict = self.policy.step(&obs, CheckKind::Event, now);
             let (health, since, reasons) = (verdict.health, verdict.since, verdict.reasons.clone());
@@ -545,22 +643,36 @@ impl HealthLoop {
         }
     }
 
-    /// The plan, with the breaker's answer when it starts a new quarantine. Without
-    /// that answer nothing is cordoned, but the condition still tells; the error is
-    /// returned for the reconcile to be retried.
+    /// The plan, with a breaker's answer when it starts a new quarantine: the node
+    /// breaker's for a cordon, the GPU breaker's for device taints. Without that answer
+    /// nothing new is applied, but the condition still tells; the error is returned for
+    /// the reconcile to be retried.
     async fn plan_with_permit(
         &mut self,
         kube: &Kube,
         view: &NodeView,
         verdict: &Verdict,
+        rules: Option<&[RuleView]>,
         now: SystemTime,
     ) -> (Plan, Option<BreakerError>) {
-        let names = &self.settings.names;
-        let p = plan(view, verdict, self.mode, &Permit::NotAsked, names, now);
-        if !p.needs_permit {
-            return (p, None);
+        let mut devices = Devices { rules, permit: Permit::NotAsked, effect: self.settings.gpu_effect };
+        let first = plan_with(view, verdict, self.mode, &Permit::NotAsked, &self.settings.names, now, &devices);
+        if first.needs_permit {
+            let (permit, error) = self.node_permit(kube, now).await;
+            return (plan_with(view, verdict, self.mode, &permit, &self.settings.names, now, &devices), error);
         }
-        let (permit, error) = match kube.breaker.acquire(now).await {
+        if !first.needs_gpu_permit.is_empty() {
+            let (permit, error) = self.gpu_permit(kube, &first.needs_gpu_permit, now).await;
+            devices.permit = permit;
+            let p = plan_with(view, verdict, self.mode, &Permit::NotAsked, &self.settings.names, now, &devices);
+            return (p, error);
+        }
+        (first, None)
+    }
+
+    /// The node breaker's answer for a cordon.
+    async fn node_permit(&mut self, kube: &Kube, now: SystemTime) -> (Permit, Option<BreakerError>) {
+        match kube.breaker.acquire(now).await {
             Ok(decision) => {
                 let breaker = BreakerView {
                     open: !decision.granted,
@@ -583,8 +695,7 @@ impl HealthLoop {
                 (decision.permit(), None)
             }
             Err(e) => (Permit::Unavailable, Some(e)),
-        };
-        (plan(view, verdict, self.mode, &permit, &self.settings.names, now), error)
+        }
     }
 
     /// Whether the node opted out (logged once per opt-out).
@@ -633,7 +744,11 @@ impl HealthLoop {
 
     fn count_actions(&self, p: &Plan, events_written: u64) {
         let quarantined = self.mode == Mode::Enforce && !p.owns_nothing;
+        let tainted = if self.mode == Mode::Enforce { p.gpus_owned.clone() } else { Vec::new() };
         self.metrics.update(|v| {
+            for g in &mut v.gpus {
+                g.quarantined = tainted.contains(&g.uuid);
+            }
             for a in &p.actions {
                 *v.actions.entry(a).or_default() += 1;
             }
@@ -665,7 +780,13 @@ fn gpu_health(seen: &Observation, obs: &Assessment, verdict: &Verdict) -> Vec<Gp
             }
             signals.sort();
             signals.dedup();
-            GpuHealth { index: g.index, uuid: g.uuid.clone(), model: model.unwrap_or_default(), signals }
+            GpuHealth {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                model: model.unwrap_or_default(),
+                signals,
+                quarantined: false,
+            }
         })
         .collect()
 }

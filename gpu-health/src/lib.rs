@@ -3,8 +3,12 @@
 //! match it.
 //!
 //! ```text
-//! Observation ──signals──> Assessment ──policy──> Verdict ──plan(NodeView)──> patches, Events
+//! Observation ──signals──> Assessment ──policy──> Verdict ──plan(NodeView, rules)──> patches, rules, Events
 //! ```
+//! The verdict holds GPUs one by one where it can ([`policy`]): the plan then writes a
+//! DeviceTaintRule per DRA device of each held GPU ([`device_rules`]) instead of
+//! cordoning the node, and the node only where a single GPU cannot be kept from the
+//! scheduler (a device plugin, no device taints served) or the fault is node-wide.
 //! Nothing here does I/O or reads a clock: the Kubernetes edge (`gpu-health-kube`)
 //! reads the Node, asks the breaker's ConfigMap, writes, and drives the loop; the
 //! exporter fills the observation from its snapshot. The Node is read through
@@ -12,6 +16,7 @@
 //! it reads stay here and are unit-tested without an API server.
 
 pub mod breaker;
+pub mod device_rules;
 pub mod names;
 pub mod node_state;
 pub mod observation;

@@ -22,6 +22,16 @@ pub struct Names {
     pub condition_type: String,
     /// `fieldManager` of every write.
     pub field_manager: String,
+    /// `app.kubernetes.io/managed-by` value on every DeviceTaintRule the loop creates.
+    pub managed_by: String,
+    /// `<domain>/gpu-health-node`: label (selectable) and annotation (the full name) on a
+    /// DeviceTaintRule naming the node whose exporter owns it.
+    pub rule_node_key: String,
+    /// `<domain>/gpu-health-gpu`: annotation on a DeviceTaintRule, `<index>/<uuid>` of
+    /// the GPU it holds.
+    pub rule_gpu_key: String,
+    /// `<domain>/gpu-health-since`: annotation on a DeviceTaintRule, when the GPU was held.
+    pub rule_since_key: String,
 }
 
 impl Names {
@@ -35,6 +45,10 @@ impl Names {
             opt_out_label: format!("{domain}/gpu-health-opt-out"),
             condition_type: "GPUHealthy".into(),
             field_manager: "gpu-exporter-health".into(),
+            managed_by: "gpu-exporter-health".into(),
+            rule_node_key: format!("{domain}/gpu-health-node"),
+            rule_gpu_key: format!("{domain}/gpu-health-gpu"),
+            rule_since_key: format!("{domain}/gpu-health-since"),
         }
     }
 }
@@ -48,6 +62,13 @@ pub struct BreakerSettings {
     pub config_map: String,
     /// How long a place taken but not yet shown on its node counts.
     pub grace: Duration,
+    /// Share of the fleet's GPUs that may be held by device taints at once.
+    pub max_gpu_fraction: f64,
+    /// A count instead of the share.
+    pub max_gpus: Option<u32>,
+    /// The node label that says how many GPUs a node has (GPU feature discovery's);
+    /// a node without it counts as many as this node has.
+    pub gpu_count_label: String,
 }
 
 impl BreakerSettings {
@@ -59,5 +80,22 @@ impl BreakerSettings {
             Some(n) => n as usize,
             None => ((fleet as f64 * self.max_fraction).floor() as usize).max(1),
         }
+    }
+
+    /// Most GPUs that may be held by device taints at once among `fleet_gpus`: the
+    /// count if given, else the share rounded down but at least one.
+    pub fn gpu_limit(&self, fleet_gpus: usize) -> usize {
+        match self.max_gpus {
+            Some(n) => n as usize,
+            None => ((fleet_gpus as f64 * self.max_gpu_fraction).floor() as usize).max(1),
+        }
+    }
+
+    /// The ConfigMap GPU places are taken in: `<config-map>-gpus`. Separate from the
+    /// nodes' one, so that each limit has its own optimistic concurrency and an older
+    /// exporter, which rewrites the nodes' map with only node entries, never drops a
+    /// GPU place.
+    pub fn gpu_config_map(&self) -> String {
+        format!("{}-gpus", self.config_map)
     }
 }

@@ -7,6 +7,13 @@
 //! lifted since. After a restart the loop reads the claim back, so it neither lifts a
 //! quarantine early nor applies one twice, and it never takes credit for a cordon it
 //! did not make.
+//!
+//! A GPU held on its own (a device taint, see [`crate::device_rules`]) is recorded in the
+//! claim too ([`GpuClaim`]: since when, its DRA devices, the DeviceTaintRules the loop
+//! created for it), so that a restart keeps each GPU's own minimum quarantine and tells
+//! a rule an admin deleted (named in the claim, gone from the API) from one it never
+//! made. The node's claim is in state `gpus-quarantined` then: nothing is applied to the
+//! Node itself, so the breaker's count of quarantined nodes leaves it out.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -15,7 +22,8 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use serde::{Deserialize, Serialize};
 
 use crate::names::Names;
-use crate::policy::{Latch, Reason, Restored};
+use crate::observation::DraDevice;
+use crate::policy::{Latch, Reason, Restored, RestoredGpu};
 
 /// Why a claim could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +82,8 @@ pub struct Overridden {
 pub enum QuarantineState {
     /// The loop applied a cordon or a taint.
     Quarantined,
+    /// Only GPUs are held, by device taints; nothing applied to the Node.
+    GpusQuarantined,
     /// Unhealthy, nothing applied: auto-cordon off, or the breaker is open.
     Unhealthy,
     /// Dry-run: what the loop would have done.
@@ -84,6 +94,7 @@ impl QuarantineState {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Quarantined => "quarantined",
+            Self::GpusQuarantined => "gpus-quarantined",
             Self::Unhealthy => "unhealthy",
             Self::DryRun => "dry-run",
         }
@@ -104,6 +115,50 @@ pub fn claim_state(text: &str) -> Option<QuarantineState> {
         state: QuarantineState,
     }
     serde_json::from_str::<StateOnly>(text).ok().map(|s| s.state)
+}
+
+/// The GPUs a claim holds by DeviceTaintRules the loop created (by UUID), for the
+/// breaker's count of quarantined GPUs; like [`claim_state`], nothing else of the claim
+/// need parse.
+pub fn claim_held_gpus(text: &str) -> Vec<String> {
+    #[derive(Deserialize)]
+    struct GpusOnly {
+        #[serde(default)]
+        gpus: Vec<GpuOnly>,
+    }
+    #[derive(Deserialize)]
+    struct GpuOnly {
+        uuid: String,
+        #[serde(default)]
+        rules: Vec<String>,
+    }
+    serde_json::from_str::<GpusOnly>(text)
+        .map(|c| c.gpus.into_iter().filter(|g| !g.rules.is_empty()).map(|g| g.uuid).collect())
+        .unwrap_or_default()
+}
+
+/// One GPU held on its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuClaim {
+    pub index: u32,
+    pub uuid: String,
+    /// When the policy held it.
+    #[serde(with = "crate::time::rfc3339")]
+    pub since: SystemTime,
+    /// Its DRA devices when held: what its rules select.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DraDevice>,
+    /// The DeviceTaintRules the loop created for it, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
+    /// Someone else deleted one of its rules: the loop does not taint it again in this
+    /// quarantine.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overridden: bool,
+    /// The breaker refused its place.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub blocked: bool,
 }
 
 /// The loop's record on the node.
@@ -131,6 +186,12 @@ pub struct Claim {
     /// The node's boot id when the claim was made; another one means it rebooted.
     #[serde(default)]
     pub boot_id: String,
+    /// The GPUs held, each on its own, by index.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuClaim>,
+    /// Why the whole node is held rather than only its GPUs (the condition says it too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_scope: Option<String>,
 }
 
 impl Claim {
@@ -143,14 +204,31 @@ impl Claim {
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    /// The policy state to take back from this claim on a node with `boot_id` now.
+    /// The policy state to take back from this claim on a node with `boot_id` now. A
+    /// claim that names no GPU held on its own and no scope was written before GPUs
+    /// could be (or while only the node could be) held: the node was held as a whole.
     pub fn restored(&self, boot_id: &str) -> Restored {
+        let node_scope = self.node_scope.clone().or_else(|| {
+            (self.gpus.is_empty() && !self.reasons.is_empty() && self.state != QuarantineState::GpusQuarantined)
+                .then(|| "the node was held as a whole when its claim was written".to_string())
+        });
         Restored {
             since: self.since,
             reasons: self.reasons.clone(),
             latches: self.latches.clone(),
             rebooted: !self.boot_id.is_empty() && !boot_id.is_empty() && self.boot_id != boot_id,
+            gpus: self
+                .gpus
+                .iter()
+                .map(|g| RestoredGpu { index: g.index, since: g.since, devices: g.devices.clone() })
+                .collect(),
+            node_scope,
         }
+    }
+
+    /// The GPU `uuid`'s entry.
+    pub fn gpu(&self, uuid: &str) -> Option<&GpuClaim> {
+        self.gpus.iter().find(|g| g.uuid == uuid)
     }
 }
 
@@ -262,6 +340,7 @@ mod tests {
     fn quarantine_states_keep_their_wire_names() {
         for (state, name) in [
             (QuarantineState::Quarantined, "quarantined"),
+            (QuarantineState::GpusQuarantined, "gpus-quarantined"),
             (QuarantineState::Unhealthy, "unhealthy"),
             (QuarantineState::DryRun, "dry-run"),
         ] {
@@ -333,6 +412,8 @@ mod tests {
             blocked: false,
             intended: vec![],
             boot_id: "boot-1".into(),
+            gpus: vec![],
+            node_scope: None,
         };
         let text = claim.to_json();
         assert!(text.contains("\"since\":\"2024-05-01T12:00:00Z\""), "{text}");
@@ -354,5 +435,50 @@ mod tests {
             ..NodeView::default()
         };
         assert!(!shared.cordon_is_ours("gpu-exporter-health"), "an admin's apply shares the field");
+    }
+
+    #[test]
+    fn a_claim_holding_gpus_round_trips_and_names_its_gpus_for_the_breaker() {
+        let since = UNIX_EPOCH + Duration::from_secs(1_714_564_800);
+        let gpu = GpuClaim {
+            index: 3,
+            uuid: "GPU-3".into(),
+            since,
+            devices: vec![DraDevice { driver: "gpu.nvidia.com".into(), pool: "gpu-1".into(), device: "gpu-3".into() }],
+            rules: vec!["gpu-health.gpu-1.gpu-3-0a1b2c3d".into()],
+            overridden: false,
+            blocked: false,
+        };
+        let claim = Claim {
+            state: QuarantineState::GpusQuarantined,
+            since,
+            reasons: vec![],
+            latches: vec![],
+            applied: Applied::default(),
+            found: Found::default(),
+            overridden: Overridden::default(),
+            blocked: false,
+            intended: vec![],
+            boot_id: "boot-1".into(),
+            gpus: vec![gpu.clone(), GpuClaim { index: 5, uuid: "GPU-5".into(), rules: vec![], ..gpu }],
+            node_scope: None,
+        };
+        let text = claim.to_json();
+        assert!(text.contains("\"state\":\"gpus-quarantined\""), "{text}");
+        assert_eq!(Claim::parse("k", &text).unwrap(), claim);
+        assert_eq!(claim_held_gpus(&text), vec!["GPU-3".to_string()], "a GPU without a rule holds no place");
+        assert_eq!(claim_state(&text), Some(QuarantineState::GpusQuarantined));
+        let restored = claim.restored("boot-1");
+        assert_eq!(restored.gpus[0], RestoredGpu { index: 3, since, devices: claim.gpus[0].devices.clone() });
+        assert_eq!(restored.node_scope, None);
+        assert!(claim_held_gpus("{not json").is_empty());
+    }
+
+    #[test]
+    fn a_claim_of_an_earlier_version_restores_a_node_quarantine() {
+        let text = r#"{"state":"quarantined","since":"2024-05-01T12:00:00Z","reasons":[{"gpu":0,"code":"Xid79","detail":"d","needs":"reset"}],"applied":{"cordon":true,"taint":"Xid79"}}"#;
+        let claim = Claim::parse("k", text).unwrap();
+        assert!(claim.gpus.is_empty());
+        assert!(claim.restored("b").node_scope.is_some(), "held as a whole, as it was");
     }
 }

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 /// One collection cycle.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observation {
@@ -101,7 +103,7 @@ pub struct GpuReadings {
 
 /// A device as DRA names it: the driver, the pool within the driver and the device
 /// within the pool (a DeviceTaintRule selects on these three).
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct DraDevice {
     pub driver: String,
     pub pool: String,

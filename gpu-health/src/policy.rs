@@ -1,34 +1,50 @@
-//! The health policy: from the history of observations to a verdict for the node.
+//! The health policy: from the history of observations to a verdict for the node and
+//! for each of its GPUs.
 //!
 //! Pure: no clock, no I/O. The loop feeds it one [`Assessment`] per check with the
 //! time of the check, and restores it from the node after a restart.
 //!
+//! - The policy decides **per GPU first**: each GPU with a confirmed reason is *held*
+//!   from the check that confirmed it (its own `since`) until its own recovery; a
+//!   reason of the node as a whole (NVML itself failing) holds the node.
 //! - A **fatal** signal (lost GPU, uncorrectable ECC, failed row remap, an actionable
-//!   XID, the driver asking for a reset or reboot, ...) makes the node unhealthy on
-//!   the first check that sees it, scheduled or event-driven.
+//!   XID, the driver asking for a reset or reboot, ...) holds its GPU on the first
+//!   check that sees it, scheduled or event-driven.
 //! - A **noisy** signal (temperature, corrected ECC, slowdown, a hung call) must be
 //!   seen on `debounce_checks` consecutive scheduled checks (debounce); a single check
 //!   without it starts the count again, so a reading flapping around its threshold
 //!   never acts.
-//! - **Recovery** needs `recovery_checks` consecutive scheduled checks with no signal
-//!   at all (confirmed or not) and `min_quarantine` since the node became unhealthy
-//!   (hysteresis).
-//! - An XID of class reset or reboot is **latched**: it holds the node unhealthy until
-//!   evidence shows the GPU was reset (it went away and answered again, its volatile
-//!   ECC counters dropped, the driver version changed) or the node rebooted (its boot
-//!   id changed, seen when the state is restored). Reboot latches need the reboot.
+//! - **Recovery** of a held GPU needs `recovery_checks` consecutive scheduled checks in
+//!   which it answers with no signal at all (confirmed or not) and no node-wide signal
+//!   is seen, and `min_quarantine` since it was held (hysteresis). A check that does
+//!   not see the GPU does not count.
+//! - An XID of class reset or reboot is **latched**: it holds its GPU until evidence
+//!   shows the GPU was reset (it went away and answered again, its volatile ECC
+//!   counters dropped, the driver version changed) or the node rebooted (its boot id
+//!   changed, seen when the state is restored). Reboot latches need the reboot.
+//! - **Scope.** Only the held GPUs are quarantined (device taints) while no node-wide
+//!   signal fires, every held GPU can be kept from the scheduler on its own (it has DRA
+//!   devices and the cluster serves device taints) and the held GPUs are at most
+//!   `gpu_max_fraction` of the node's GPUs (default one of eight: more failing at once
+//!   points at something they share, a PCIe switch, power, the driver). Otherwise the
+//!   whole node is held, and the verdict says why ([`Verdict::node_scope`]). Widening
+//!   is immediate; narrowing back to the GPUs needs the same hysteresis as a recovery:
+//!   `recovery_checks` scheduled checks without a reason to hold the node and
+//!   `min_quarantine` since the node was held, so a node does not flap between a
+//!   cordon and device taints.
 //! - A check that cannot see the GPUs (NVML starting or missing) changes nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::observation::DraDevice;
 use crate::signals::{Assessment, Availability, Severity, SignalKind};
 use crate::xid::{XidClass, XidTable};
 
 /// The policy's knobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PolicySettings {
     /// Consecutive scheduled checks a noisy signal needs before it acts.
     pub debounce_checks: u32,
@@ -36,11 +52,19 @@ pub struct PolicySettings {
     pub recovery_checks: u32,
     /// Shortest quarantine.
     pub min_quarantine: Duration,
+    /// Largest share of the node's GPUs held one by one; past it the node is held as a
+    /// whole. 0: always the whole node.
+    pub gpu_max_fraction: f64,
 }
 
 impl Default for PolicySettings {
     fn default() -> Self {
-        PolicySettings { debounce_checks: 3, recovery_checks: 3, min_quarantine: Duration::from_secs(600) }
+        PolicySettings {
+            debounce_checks: 3,
+            recovery_checks: 3,
+            min_quarantine: Duration::from_secs(600),
+            gpu_max_fraction: 0.125,
+        }
     }
 }
 
@@ -51,6 +75,20 @@ pub enum CheckKind {
     Scheduled,
     /// An XID or a lost GPU: fatal signals act, counts do not advance.
     Event,
+}
+
+/// Whether the cluster can keep one device from the scheduler, as the Kubernetes edge
+/// found out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum DeviceTaints {
+    /// Not known (report-only, or not asked yet): a GPU with DRA devices is taken to be
+    /// one a device taint can hold.
+    #[default]
+    Unknown,
+    /// The API server serves DeviceTaintRules.
+    Available,
+    /// It does not, or refused the loop's rule; why, for the condition message.
+    Unavailable(String),
 }
 
 /// What it takes to clear a reason.
@@ -195,11 +233,31 @@ impl Health {
     }
 }
 
+/// A GPU the policy holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldGpu {
+    pub index: u32,
+    pub uuid: String,
+    /// When it was held.
+    pub since: SystemTime,
+    /// Its reasons, in [`primary_order`].
+    pub reasons: Vec<Reason>,
+    /// Its DRA devices, as last published while it was held; empty on a device-plugin node.
+    pub devices: Vec<DraDevice>,
+}
+
+impl HeldGpu {
+    /// The reason its device taint names.
+    pub fn primary_code(&self) -> &str {
+        primary(&self.reasons).map_or("Unknown", |r| r.code.as_str())
+    }
+}
+
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     pub health: Health,
-    /// When the node became unhealthy.
+    /// When the node became unhealthy (its earliest held GPU, or the node itself).
     pub since: Option<SystemTime>,
     /// Why it is unhealthy, in [`primary_order`]: the first is the primary reason.
     pub reasons: Vec<Reason>,
@@ -209,8 +267,13 @@ pub struct Verdict {
     pub pending: Vec<Reason>,
     /// XIDs recorded without action, and latches cleared by evidence: for the log.
     pub notes: Vec<String>,
-    /// Health or reasons differ from the previous verdict.
+    /// Health, reasons or scope differ from the previous verdict.
     pub changed: bool,
+    /// The GPUs held, by index.
+    pub gpus: Vec<HeldGpu>,
+    /// Why the whole node is held rather than only its GPUs; `None` while only GPUs are
+    /// held, or nothing is.
+    pub node_scope: Option<String>,
 }
 
 impl Verdict {
@@ -223,13 +286,31 @@ impl Verdict {
     pub fn primary_code(&self) -> &str {
         self.primary().map_or("Unknown", |r| r.code.as_str())
     }
+
+    /// Whether the quarantine is the node's (cordon and taint) rather than device taints
+    /// on the held GPUs: the node is unhealthy, and either the policy widened to the
+    /// node or there is no GPU to hold on its own.
+    pub fn holds_node(&self) -> bool {
+        self.health == Health::Unhealthy && (self.node_scope.is_some() || self.gpus.is_empty())
+    }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Phase {
-    Unknown,
-    Healthy,
-    Unhealthy { since: SystemTime, reasons: Vec<Reason> },
+/// A unit the policy holds: the node (NVML failing) or one GPU.
+#[derive(Debug, Clone)]
+struct Held {
+    since: SystemTime,
+    reasons: Vec<Reason>,
+    healthy_streak: u32,
+    uuid: String,
+    devices: Vec<DraDevice>,
+}
+
+/// The node held as a whole, why, and the scheduled checks since without a reason to.
+#[derive(Debug, Clone)]
+struct NodeScope {
+    since: SystemTime,
+    why: String,
+    calm: u32,
 }
 
 /// Everything the policy remembers between checks.
@@ -237,14 +318,26 @@ enum Phase {
 pub struct PolicyState {
     settings: PolicySettings,
     table: XidTable,
-    phase: Phase,
+    /// A check has seen the GPUs (or a state was restored).
+    observed: bool,
+    /// What is held, by GPU index (`None`: the node itself).
+    units: BTreeMap<Option<u32>, Held>,
     /// Consecutive scheduled checks each noisy signal was seen, by (GPU index, kind).
     streaks: BTreeMap<(Option<u32>, SignalKind), u32>,
-    healthy_streak: u32,
     latches: Vec<Latch>,
     /// XID counts already acted on, by (GPU index, code).
     xid_seen: BTreeMap<(u32, u64), u64>,
-    last: Option<(Health, Vec<Reason>)>,
+    scope: Option<NodeScope>,
+    device_taints: DeviceTaints,
+    last: Option<(Health, Vec<Reason>, Option<String>)>,
+}
+
+/// One held GPU as kept on the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoredGpu {
+    pub index: u32,
+    pub since: SystemTime,
+    pub devices: Vec<DraDevice>,
 }
 
 /// The part of the state kept on the node across restarts.
@@ -255,6 +348,10 @@ pub struct Restored {
     pub latches: Vec<Latch>,
     /// The node rebooted since the state was written.
     pub rebooted: bool,
+    /// When each held GPU was held; a GPU not listed takes `since`.
+    pub gpus: Vec<RestoredGpu>,
+    /// The node was held as a whole, and why.
+    pub node_scope: Option<String>,
 }
 
 impl PolicyState {
@@ -262,11 +359,13 @@ impl PolicyState {
         PolicyState {
             settings,
             table,
-            phase: Phase::Unknown,
+            observed: false,
+            units: BTreeMap::new(),
             streaks: BTreeMap::new(),
-            healthy_streak: 0,
             latches: Vec::new(),
             xid_seen: BTreeMap::new(),
+            scope: None,
+            device_taints: DeviceTaints::Unknown,
             last: None,
         }
     }
@@ -275,9 +374,18 @@ impl PolicyState {
         &self.table
     }
 
-    /// Takes back a quarantine written on the node by an earlier run. A reboot
-    /// clears every latch; the quarantine itself still needs its healthy checks and
-    /// its minimum time, counted from when it began.
+    /// What the edge found out about device taints; read at the next check.
+    pub fn set_device_taints(&mut self, device_taints: DeviceTaints) {
+        self.device_taints = device_taints;
+    }
+
+    pub fn device_taints(&self) -> &DeviceTaints {
+        &self.device_taints
+    }
+
+    /// Takes back a quarantine written on the node by an earlier run (or found in its
+    /// DeviceTaintRules). A reboot clears every latch; what was held still needs its
+    /// healthy checks and its minimum time, counted from when it was held.
     pub fn restore(&mut self, restored: Restored) -> Vec<String> {
         let mut notes = Vec::new();
         for latch in restored.latches {
@@ -291,15 +399,34 @@ impl PolicyState {
                 self.latches.push(latch);
             }
         }
-        self.phase = match std::mem::replace(&mut self.phase, Phase::Unknown) {
-            Phase::Unhealthy { since, reasons } => Phase::Unhealthy { since: since.min(restored.since), reasons },
-            Phase::Unknown | Phase::Healthy => {
-                let mut reasons = restored.reasons;
-                reasons.sort_by(primary_order);
-                Phase::Unhealthy { since: restored.since, reasons }
+        let mut by_unit: BTreeMap<Option<u32>, Vec<Reason>> = BTreeMap::new();
+        for reason in restored.reasons {
+            by_unit.entry(reason.gpu).or_default().push(reason);
+        }
+        for (unit, mut reasons) in by_unit {
+            let kept = unit.and_then(|i| restored.gpus.iter().find(|g| g.index == i));
+            let since = kept.map_or(restored.since, |g| g.since);
+            reasons.sort_by(primary_order);
+            let held = self.units.entry(unit).or_insert_with(|| Held {
+                since,
+                uuid: reasons.first().map(|r| r.uuid.clone()).unwrap_or_default(),
+                reasons: Vec::new(),
+                healthy_streak: 0,
+                devices: kept.map(|g| g.devices.clone()).unwrap_or_default(),
+            });
+            held.since = held.since.min(since);
+            if held.reasons.is_empty() {
+                held.reasons = reasons;
             }
-        };
-        self.healthy_streak = 0;
+            self.observed = true;
+        }
+        for held in self.units.values_mut() {
+            held.healthy_streak = 0;
+        }
+        if let Some(why) = restored.node_scope {
+            let since = self.scope.as_ref().map_or(restored.since, |s| s.since.min(restored.since));
+            self.scope = Some(NodeScope { since, why, calm: 0 });
+        }
         notes
     }
 
@@ -322,6 +449,7 @@ impl PolicyState {
         if !obs.observable {
             return self.verdict(Vec::new(), Vec::new());
         }
+        self.observed = true;
         let mut notes = self.clear_latches_with_evidence(obs);
         let mut confirmed = Vec::new();
         self.read_xids(obs, at, &mut confirmed, &mut notes);
@@ -343,7 +471,9 @@ impl PolicyState {
         confirmed.dedup();
         pending.sort();
         pending.dedup();
-        self.advance(confirmed, !pending.is_empty(), kind, at, &mut notes);
+        let confirmed_units = self.hold(obs, confirmed, at);
+        self.release(obs, &confirmed_units, &pending, kind, at, &mut notes);
+        self.widen_or_narrow(obs, kind, at, &mut notes);
         self.verdict(pending, notes)
     }
 
@@ -360,62 +490,187 @@ impl PolicyState {
         self.streaks = streaks;
     }
 
-    /// The phase after this check: unhealthy on a confirmed reason, healthy again
-    /// only after `recovery_checks` clean scheduled checks and `min_quarantine`.
-    fn advance(
+    /// Each unit with a confirmed reason is held (from now, or since it already was);
+    /// its reasons keep the wording they were first seen with. A held GPU's DRA devices
+    /// follow what is published, and are kept when a cycle publishes none (a slice
+    /// watch that resyncs must not turn a device taint into a cordon). Returns the units
+    /// confirmed on this check.
+    fn hold(&mut self, obs: &Assessment, confirmed: Vec<Reason>, at: SystemTime) -> BTreeSet<Option<u32>> {
+        let mut by_unit: BTreeMap<Option<u32>, Vec<Reason>> = BTreeMap::new();
+        for reason in confirmed {
+            by_unit.entry(reason.gpu).or_default().push(reason);
+        }
+        let units: BTreeSet<Option<u32>> = by_unit.keys().copied().collect();
+        for (unit, mut reasons) in by_unit {
+            match self.units.get_mut(&unit) {
+                Some(held) => {
+                    held.healthy_streak = 0;
+                    held.reasons = keep_first_details(&held.reasons, reasons);
+                }
+                None => {
+                    reasons.sort_by(primary_order);
+                    let uuid = reasons.first().map(|r| r.uuid.clone()).unwrap_or_default();
+                    self.units.insert(unit, Held { since: at, reasons, healthy_streak: 0, uuid, devices: Vec::new() });
+                }
+            }
+        }
+        for (unit, held) in &mut self.units {
+            let Some(index) = unit else { continue };
+            if let Some(gpu) = obs.gpus.iter().find(|g| g.index == *index)
+                && !gpu.dra_devices.is_empty()
+            {
+                held.devices = gpu.dra_devices.clone();
+            }
+        }
+        units
+    }
+
+    /// Held units without a confirmed reason count towards their recovery: a
+    /// scheduled check that sees the unit answer, with no signal on it and no node-wide
+    /// signal, adds one; a signal still debouncing on it (or a node-wide one) starts
+    /// the count again; a check that does not see the GPU changes nothing.
+    fn release(
         &mut self,
-        mut confirmed: Vec<Reason>,
-        pending: bool,
+        obs: &Assessment,
+        confirmed: &BTreeSet<Option<u32>>,
+        pending: &[Reason],
         kind: CheckKind,
         at: SystemTime,
         notes: &mut Vec<String>,
     ) {
-        let bad = !confirmed.is_empty();
-        self.phase = match std::mem::replace(&mut self.phase, Phase::Unknown) {
-            Phase::Unknown | Phase::Healthy if bad => {
-                self.healthy_streak = 0;
-                confirmed.sort_by(primary_order);
-                Phase::Unhealthy { since: at, reasons: confirmed }
+        let pending_units: BTreeSet<Option<u32>> = pending.iter().map(|r| r.gpu).collect();
+        let node_wide = confirmed.contains(&None) || pending_units.contains(&None);
+        let settings = self.settings;
+        let mut recovered = Vec::new();
+        for (unit, held) in &mut self.units {
+            if confirmed.contains(unit) {
+                continue;
             }
-            Phase::Unknown | Phase::Healthy => Phase::Healthy,
-            Phase::Unhealthy { since, reasons } if bad => {
-                self.healthy_streak = 0;
-                Phase::Unhealthy { since, reasons: keep_first_details(&reasons, confirmed) }
+            if pending_units.contains(unit) || (unit.is_some() && node_wide) {
+                held.healthy_streak = 0;
+                continue;
             }
-            Phase::Unhealthy { since, reasons } if pending => {
-                self.healthy_streak = 0;
-                Phase::Unhealthy { since, reasons }
+            let seen = match unit {
+                None => true,
+                Some(i) => obs.gpus.iter().any(|g| g.index == *i && g.availability == Availability::Ok),
+            };
+            if kind != CheckKind::Scheduled || !seen {
+                continue;
             }
-            Phase::Unhealthy { since, reasons } if kind == CheckKind::Scheduled => {
-                self.healthy_streak = self.healthy_streak.saturating_add(1);
-                let served = at.duration_since(since).unwrap_or(Duration::ZERO) >= self.settings.min_quarantine;
-                if self.healthy_streak >= self.settings.recovery_checks.max(1) && served {
-                    self.healthy_streak = 0;
-                    notes.push("recovered: healthy checks and minimum quarantine time passed".into());
-                    Phase::Healthy
-                } else {
-                    Phase::Unhealthy { since, reasons }
-                }
+            held.healthy_streak = held.healthy_streak.saturating_add(1);
+            let served = at.duration_since(held.since).unwrap_or(Duration::ZERO) >= settings.min_quarantine;
+            if held.healthy_streak >= settings.recovery_checks.max(1) && served {
+                recovered.push(*unit);
             }
-            unchanged => unchanged,
-        };
+        }
+        for unit in recovered {
+            self.units.remove(&unit);
+            let what = unit.map_or_else(|| "the node".to_string(), |i| format!("GPU {i}"));
+            notes.push(format!("{what} recovered: healthy checks and minimum quarantine time passed"));
+        }
     }
 
-    /// Healthy checks so far towards recovery.
+    /// Holds the whole node at once when the held GPUs cannot be held on their own
+    /// ([`Self::widening`]); lets go of the node, keeping only the GPUs, after
+    /// `recovery_checks` scheduled checks without such a reason and `min_quarantine`.
+    fn widen_or_narrow(&mut self, obs: &Assessment, kind: CheckKind, at: SystemTime, notes: &mut Vec<String>) {
+        if self.units.is_empty() {
+            self.scope = None;
+            return;
+        }
+        let why = self.widening(obs);
+        let settings = self.settings;
+        match (why, self.scope.as_mut()) {
+            (Some(why), Some(scope)) => {
+                scope.why = why;
+                scope.calm = 0;
+            }
+            (Some(why), None) => self.scope = Some(NodeScope { since: at, why, calm: 0 }),
+            (None, Some(scope)) if kind == CheckKind::Scheduled => {
+                scope.calm = scope.calm.saturating_add(1);
+                let served = at.duration_since(scope.since).unwrap_or(Duration::ZERO) >= settings.min_quarantine;
+                if scope.calm >= settings.recovery_checks.max(1) && served {
+                    self.scope = None;
+                    let gpus: Vec<String> = self.units.keys().flatten().map(|i| format!("GPU {i}")).collect();
+                    notes.push(format!(
+                        "the fault is down to {}: releasing the node, holding only those GPUs",
+                        gpus.join(", ")
+                    ));
+                }
+            }
+            (None, _) => {}
+        }
+    }
+
+    /// Why the held GPUs cannot be held one by one, if they cannot: a node-wide
+    /// signal; a GPU a device plugin hands out (no DRA device); a cluster without
+    /// device taints; more GPUs held than `gpu_max_fraction` of the node's.
+    fn widening(&self, obs: &Assessment) -> Option<String> {
+        if let Some(node) = self.units.get(&None) {
+            let code = primary(&node.reasons).map_or("Unknown", |r| r.code.as_str());
+            return Some(format!("a node-wide signal ({code})"));
+        }
+        let held: Vec<(u32, &Held)> = self.units.iter().filter_map(|(u, h)| u.map(|i| (i, h))).collect();
+        if held.is_empty() {
+            return None;
+        }
+        if let Some((i, _)) = held.iter().find(|(_, h)| h.devices.is_empty()) {
+            return Some(format!(
+                "GPU {i} is handed out by a device plugin, which cannot keep a single GPU from the scheduler"
+            ));
+        }
+        if let DeviceTaints::Unavailable(why) = &self.device_taints {
+            return Some(why.clone());
+        }
+        let total = obs.gpus.len().max(held.len());
+        let fraction = self.settings.gpu_max_fraction;
+        if fraction <= 0.0 {
+            return Some("per-GPU quarantine is off (--health.gpu-quarantine.max-fraction 0)".into());
+        }
+        if held.len() as f64 > fraction * total as f64 + 1e-9 {
+            return Some(format!(
+                "{} of {total} GPUs failed, more than --health.gpu-quarantine.max-fraction {fraction} allows to hold \
+                 one by one",
+                held.len()
+            ));
+        }
+        None
+    }
+
+    /// Healthy checks so far towards recovery (the fewest among what is held).
     pub fn healthy_streak(&self) -> u32 {
-        self.healthy_streak
+        self.units.values().map(|h| h.healthy_streak).min().unwrap_or(0)
     }
 
     fn verdict(&mut self, pending: Vec<Reason>, notes: Vec<String>) -> Verdict {
-        let (health, since, reasons) = match &self.phase {
-            Phase::Unknown => (Health::Unknown, None, Vec::new()),
-            Phase::Healthy => (Health::Healthy, None, Vec::new()),
-            Phase::Unhealthy { since, reasons } => (Health::Unhealthy, Some(*since), reasons.clone()),
+        let health = if !self.observed {
+            Health::Unknown
+        } else if self.units.is_empty() {
+            Health::Healthy
+        } else {
+            Health::Unhealthy
         };
-        let now = (health, reasons.clone());
+        let mut reasons: Vec<Reason> = self.units.values().flat_map(|h| h.reasons.iter().cloned()).collect();
+        reasons.sort_by(primary_order);
+        let since = self.units.values().map(|h| h.since).min();
+        let gpus = self
+            .units
+            .iter()
+            .filter_map(|(unit, h)| {
+                unit.map(|index| HeldGpu {
+                    index,
+                    uuid: h.uuid.clone(),
+                    since: h.since,
+                    reasons: h.reasons.clone(),
+                    devices: h.devices.clone(),
+                })
+            })
+            .collect();
+        let node_scope = if health == Health::Unhealthy { self.scope.as_ref().map(|s| s.why.clone()) } else { None };
+        let now = (health, reasons.clone(), node_scope.clone());
         let changed = self.last.as_ref() != Some(&now);
         self.last = Some(now);
-        Verdict { health, since, reasons, latches: self.latches.clone(), pending, notes, changed }
+        Verdict { health, since, reasons, latches: self.latches.clone(), pending, notes, changed, gpus, node_scope }
     }
 
     fn clear_latches_with_evidence(&mut self, obs: &Assessment) -> Vec<String> {
@@ -543,6 +798,7 @@ fn keep_first_details(known: &[Reason], now: Vec<Reason>) -> Vec<Reason> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observation::DraDevice;
     use crate::signals::{GpuAssessment, Signal};
     use std::time::UNIX_EPOCH;
 
@@ -553,7 +809,12 @@ mod tests {
     }
 
     fn settings() -> PolicySettings {
-        PolicySettings { debounce_checks: 3, recovery_checks: 2, min_quarantine: Duration::from_secs(300) }
+        PolicySettings {
+            debounce_checks: 3,
+            recovery_checks: 2,
+            min_quarantine: Duration::from_secs(300),
+            gpu_max_fraction: 0.125,
+        }
     }
 
     fn policy() -> PolicyState {
@@ -568,6 +829,7 @@ mod tests {
             signals: signals.iter().map(|k| Signal { kind: *k, detail: "seen".into() }).collect(),
             xid_counts: BTreeMap::new(),
             ecc_volatile: Some(0),
+            dra_devices: Vec::new(),
         }
     }
 
@@ -718,7 +980,14 @@ mod tests {
         p.step(&obs(vec![with_xid(gpu(&[SignalKind::GpuLost]), 79, 1)]), CheckKind::Scheduled, at(60));
         let v = p.step(&obs(vec![with_xid(gpu(&[]), 79, 1)]), CheckKind::Scheduled, at(120));
         assert_eq!(v.latches.len(), 1, "a GPU reset is not enough");
-        let saved = Restored { since: v.since.unwrap(), reasons: v.reasons, latches: v.latches, rebooted: true };
+        let saved = Restored {
+            since: v.since.unwrap(),
+            reasons: v.reasons,
+            latches: v.latches,
+            rebooted: true,
+            gpus: vec![],
+            node_scope: None,
+        };
         let mut after = PolicyState::new(settings(), table);
         let notes = after.restore(saved);
         assert!(notes[0].contains("reboot"), "{notes:?}");
@@ -761,6 +1030,8 @@ mod tests {
             reasons: vec![latch.reason.clone()],
             latches: vec![latch],
             rebooted: false,
+            gpus: vec![],
+            node_scope: None,
         });
         let v = p.step(&obs(vec![gpu(&[])]), CheckKind::Scheduled, at(1000));
         assert_eq!(v.health, Health::Unhealthy, "the latch survives the restart");
@@ -856,5 +1127,182 @@ mod tests {
         assert_eq!(v.health, Health::Unhealthy);
         assert_eq!(v.reasons[0].gpu, None);
         assert!(v.reasons[0].describe().starts_with("node: NvmlHung"));
+    }
+
+    /// GPU `i` of a node, with a DRA device of its own.
+    fn dra_gpu(i: u32, signals: &[SignalKind]) -> GpuAssessment {
+        let mut g = gpu(signals);
+        g.index = i;
+        g.uuid = format!("GPU-{i}");
+        g.dra_devices =
+            vec![DraDevice { driver: "gpu.nvidia.com".into(), pool: "node-a".into(), device: format!("gpu-{i}") }];
+        g
+    }
+
+    /// Eight GPUs, the ones in `sick` with `signal`.
+    fn eight(sick: &[u32], signal: SignalKind) -> Assessment {
+        let one = [signal];
+        obs((0..8).map(|i| dra_gpu(i, if sick.contains(&i) { &one[..] } else { &[] })).collect())
+    }
+
+    #[test]
+    fn one_failed_gpu_of_eight_is_held_alone() {
+        let mut p = policy();
+        p.step(&eight(&[], SignalKind::GpuLost), CheckKind::Scheduled, at(0));
+        let v = p.step(&eight(&[3], SignalKind::EccUncorrected), CheckKind::Event, at(5));
+        assert_eq!(v.health, Health::Unhealthy);
+        assert_eq!(v.node_scope, None, "only the GPU");
+        assert!(!v.holds_node());
+        assert_eq!(v.gpus.len(), 1);
+        assert_eq!((v.gpus[0].index, v.gpus[0].since, v.gpus[0].primary_code()), (3, at(5), "EccUncorrected"));
+        assert_eq!(v.gpus[0].devices[0].device, "gpu-3");
+    }
+
+    #[test]
+    fn each_gpu_recovers_on_its_own_schedule() {
+        let mut p = policy();
+        let both =
+            obs((0..8).map(|i| dra_gpu(i, if i == 1 { &[SignalKind::EccUncorrected][..] } else { &[] })).collect());
+        p.step(&both, CheckKind::Scheduled, at(0));
+        let mut later = both.clone();
+        later.gpus[1].signals.clear();
+        later.gpus[2].signals.push(Signal { kind: SignalKind::RowRemapFailed, detail: "seen".into() });
+        // GPU 2 fails while GPU 1 is still held: two of eight, so the node is held for now.
+        let v = p.step(&later, CheckKind::Scheduled, at(200));
+        assert_eq!(v.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), vec![1, 2]);
+        assert!(v.holds_node(), "two of eight: the node");
+        let mut calm = later.clone();
+        calm.gpus[2].signals.clear();
+        // GPU 1: healthy at 200, 260, 320; its 300 s are served at 320.
+        p.step(&calm, CheckKind::Scheduled, at(260));
+        let v = p.step(&calm, CheckKind::Scheduled, at(320));
+        assert_eq!(v.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), vec![2], "GPU 1 released, GPU 2 not yet");
+        assert!(v.notes.iter().any(|n| n.starts_with("GPU 1 recovered")), "{:?}", v.notes);
+        let v = p.step(&calm, CheckKind::Scheduled, at(520));
+        assert_eq!(v.health, Health::Healthy);
+        assert!(v.gpus.is_empty());
+    }
+
+    #[test]
+    fn three_of_eight_hold_the_node_and_say_why() {
+        let mut p = policy();
+        let v = p.step(&eight(&[1, 4, 6], SignalKind::GpuLost), CheckKind::Event, at(0));
+        assert!(v.holds_node());
+        let why = v.node_scope.unwrap();
+        assert!(why.contains("3 of 8 GPUs failed"), "{why}");
+        assert!(why.contains("--health.gpu-quarantine.max-fraction 0.125"), "{why}");
+        assert_eq!(v.gpus.len(), 3, "the GPUs are still named");
+    }
+
+    #[test]
+    fn a_device_plugin_gpu_holds_the_node() {
+        let mut p = policy();
+        let mut o = eight(&[2], SignalKind::GpuLost);
+        for g in &mut o.gpus {
+            g.dra_devices.clear();
+        }
+        let v = p.step(&o, CheckKind::Event, at(0));
+        let why = v.node_scope.unwrap();
+        assert!(why.contains("GPU 2 is handed out by a device plugin"), "{why}");
+    }
+
+    #[test]
+    fn a_cluster_without_device_taints_holds_the_node() {
+        let mut p = policy();
+        p.set_device_taints(DeviceTaints::Unavailable("the API server serves no DeviceTaintRule".into()));
+        let v = p.step(&eight(&[2], SignalKind::GpuLost), CheckKind::Event, at(0));
+        assert!(v.node_scope.unwrap().starts_with("the API server serves no DeviceTaintRule"));
+        let mut off = PolicyState::new(PolicySettings { gpu_max_fraction: 0.0, ..settings() }, XidTable::default());
+        let v = off.step(&eight(&[2], SignalKind::GpuLost), CheckKind::Event, at(0));
+        assert!(v.node_scope.unwrap().contains("per-GPU quarantine is off"));
+    }
+
+    #[test]
+    fn a_node_wide_signal_holds_the_node() {
+        let mut p = policy();
+        let mut hung = eight(&[], SignalKind::GpuLost);
+        hung.nvml_failed = Some("NVML is down (init_hung)".into());
+        for (i, t) in [0, 60, 120].into_iter().enumerate() {
+            let v = p.step(&hung, CheckKind::Scheduled, at(t));
+            assert_eq!(v.health == Health::Unhealthy, i == 2);
+        }
+        assert!(
+            p.step(&hung, CheckKind::Scheduled, at(180)).node_scope.unwrap().contains("node-wide signal (NvmlHung)")
+        );
+    }
+
+    #[test]
+    fn the_node_is_let_go_only_after_the_hysteresis() {
+        let mut p = policy();
+        p.step(&eight(&[1, 2], SignalKind::EccUncorrected), CheckKind::Event, at(0));
+        // GPU 2's reason clears, GPU 1's stays; GPU 2 is held until it recovers.
+        let one = eight(&[1], SignalKind::EccUncorrected);
+        assert!(p.step(&one, CheckKind::Scheduled, at(60)).holds_node(), "two of eight still held");
+        assert!(p.step(&one, CheckKind::Scheduled, at(120)).holds_node());
+        let v = p.step(&one, CheckKind::Scheduled, at(300));
+        assert_eq!(v.gpus.len(), 1, "GPU 2 served its time");
+        assert!(v.holds_node(), "one calm check of two");
+        assert!(p.step(&one, CheckKind::Event, at(301)).holds_node(), "events do not count");
+        let v = p.step(&one, CheckKind::Scheduled, at(360));
+        assert!(!v.holds_node());
+        assert!(v.notes.iter().any(|n| n.contains("the fault is down to GPU 1")), "{:?}", v.notes);
+        // Widening again is immediate.
+        assert!(p.step(&eight(&[1, 5], SignalKind::EccUncorrected), CheckKind::Event, at(361)).holds_node());
+    }
+
+    #[test]
+    fn a_held_gpu_keeps_its_devices_when_a_cycle_publishes_none() {
+        let mut p = policy();
+        p.step(&eight(&[3], SignalKind::EccUncorrected), CheckKind::Event, at(0));
+        let mut blank = eight(&[3], SignalKind::EccUncorrected);
+        for g in &mut blank.gpus {
+            g.dra_devices.clear();
+        }
+        let v = p.step(&blank, CheckKind::Scheduled, at(60));
+        assert!(!v.holds_node(), "no cordon because the slices were briefly not known");
+        assert_eq!(v.gpus[0].devices[0].device, "gpu-3");
+    }
+
+    #[test]
+    fn a_gpu_not_seen_does_not_count_towards_its_recovery() {
+        let mut p = policy();
+        p.step(&eight(&[3], SignalKind::GpuLost), CheckKind::Event, at(0));
+        let mut without = eight(&[], SignalKind::GpuLost);
+        without.gpus.retain(|g| g.index != 3);
+        for t in [400, 460, 520] {
+            assert_eq!(p.step(&without, CheckKind::Scheduled, at(t)).health, Health::Unhealthy);
+        }
+        let fine = eight(&[], SignalKind::GpuLost);
+        p.step(&fine, CheckKind::Scheduled, at(580));
+        assert_eq!(p.step(&fine, CheckKind::Scheduled, at(640)).health, Health::Healthy);
+    }
+
+    #[test]
+    fn restoring_keeps_each_gpus_start_and_the_scope() {
+        let mut p = policy();
+        let reason = |i: u32| Reason {
+            gpu: Some(i),
+            uuid: format!("GPU-{i}"),
+            code: "EccUncorrected".into(),
+            detail: "d".into(),
+            needs: Needs::Nothing,
+            first_seen: None,
+        };
+        p.restore(Restored {
+            since: at(0),
+            reasons: vec![reason(1), reason(2)],
+            latches: vec![],
+            rebooted: false,
+            gpus: vec![RestoredGpu { index: 2, since: at(100), devices: vec![] }],
+            node_scope: Some("2 of 8 GPUs failed".into()),
+        });
+        let fine = eight(&[], SignalKind::GpuLost);
+        let v = p.step(&fine, CheckKind::Scheduled, at(250));
+        assert_eq!(v.gpus.iter().map(|g| g.since).collect::<Vec<_>>(), vec![at(0), at(100)]);
+        assert!(v.holds_node());
+        p.step(&fine, CheckKind::Scheduled, at(310));
+        let v = p.step(&fine, CheckKind::Scheduled, at(370));
+        assert_eq!(v.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), vec![2], "GPU 1 served its 300 s, GPU 2 not");
+        assert!(!v.holds_node(), "1 of 8 with its device: narrowed");
     }
 }

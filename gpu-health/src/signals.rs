@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::observation::{GpuReadings, GpuState, Nvml, Observation, Recovery};
+use crate::observation::{DraDevice, GpuReadings, GpuState, Nvml, Observation, Recovery};
 
 /// NVML clock-event bit: hardware thermal slowdown.
 pub const HW_THERMAL_SLOWDOWN: u64 = 0x40;
@@ -190,6 +190,9 @@ pub struct GpuAssessment {
     /// Volatile ECC errors (corrected plus uncorrected); a reset zeroes them, so a
     /// drop is evidence of one.
     pub ecc_volatile: Option<u64>,
+    /// The DRA devices published for the GPU (empty on a device-plugin node): what a
+    /// device taint would select to keep this GPU alone from the scheduler.
+    pub dra_devices: Vec<DraDevice>,
 }
 
 /// One observation as the policy sees it.
@@ -257,6 +260,7 @@ fn assess_gpu(gpu: &GpuReadings, limits: &Thresholds) -> GpuAssessment {
         signals,
         xid_counts: gpu.xid_counts.clone(),
         ecc_volatile: gpu.ecc.map(|ecc| ecc.corrected.saturating_add(ecc.uncorrected)),
+        dra_devices: gpu.dra_devices.clone(),
     }
 }
 

@@ -18,6 +18,8 @@ pub struct GpuHealth {
     pub model: String,
     /// (signal code, confirmed)
     pub signals: Vec<(String, bool)>,
+    /// The loop holds the GPU alone, by device taints (DeviceTaintRules it created).
+    pub quarantined: bool,
 }
 
 /// The breaker as last asked.
@@ -41,6 +43,13 @@ pub struct HealthView {
     pub quarantined: bool,
     pub opted_out: bool,
     pub breaker: Option<BreakerView>,
+    /// The GPU breaker as last asked (GPUs held by device taints).
+    pub gpu_breaker: Option<BreakerView>,
+    /// The `resource.k8s.io` version the loop writes DeviceTaintRules in, `none` when the
+    /// cluster serves none (or refused the loop's), `unknown` before it was asked.
+    pub device_taints: &'static str,
+    /// The effect of the loop's device taints.
+    pub device_taint_effect: &'static str,
     pub actions: BTreeMap<&'static str, u64>,
     pub api_errors: BTreeMap<(&'static str, String), u64>,
     pub checks: BTreeMap<&'static str, u64>,
@@ -58,6 +67,9 @@ impl Default for HealthView {
             quarantined: false,
             opted_out: false,
             breaker: None,
+            gpu_breaker: None,
+            device_taints: "unknown",
+            device_taint_effect: "NoSchedule",
             actions: BTreeMap::new(),
             api_errors: BTreeMap::new(),
             checks: BTreeMap::new(),

@@ -23,6 +23,10 @@ pub const GPU_SIGNAL: Family = gauge(
     "gpu_health_gpu_signal",
     "1 per health signal seen on the GPU in the last check; state is pending (debouncing) or confirmed.",
 );
+pub const GPU_QUARANTINED: Family = gauge(
+    "gpu_health_gpu_quarantined",
+    "1 while the health loop holds the GPU alone by device taints (DeviceTaintRules), the node staying schedulable.",
+);
 pub const NODE_HEALTHY: Family = gauge(
     "gpu_health_node_healthy",
     "1 if the health policy finds the node's GPUs healthy, 0 if unhealthy; absent before the first check.",
@@ -46,7 +50,8 @@ pub const OPTED_OUT: Family =
 pub const ACTIONS: Family = Family {
     name: "gpu_health_actions",
     kind: Kind::Counter,
-    help: "Node actions taken: cordon, uncordon, taint, untaint, condition, event, dry_run, blocked, overridden.",
+    help: "Node and device actions taken: cordon, uncordon, taint, untaint, device_taint, device_untaint, condition, \
+           event, dry_run, blocked, overridden.",
     unit: None,
 };
 pub const API_ERRORS: Family = Family {
@@ -69,6 +74,30 @@ pub const BREAKER_FLEET: Family = gauge(
     "gpu_health_breaker_gpu_nodes",
     "GPU nodes in the cluster (per the breaker's node selector), as last listed.",
 );
+pub const BREAKER_GPU_OPEN: Family = gauge(
+    "gpu_health_breaker_gpu_open",
+    "1 while the cluster-wide circuit breaker holds back device taints on this node's GPUs.",
+);
+pub const BREAKER_QUARANTINED_GPUS: Family = gauge(
+    "gpu_health_breaker_quarantined_gpus",
+    "GPUs held by the health loop's device taints cluster-wide, as last counted by this node.",
+);
+pub const BREAKER_LIMIT_GPUS: Family = gauge(
+    "gpu_health_breaker_limit_gpus",
+    "Most GPUs the health loop may hold by device taints at once, as last computed.",
+);
+pub const BREAKER_FLEET_GPUS: Family = gauge(
+    "gpu_health_breaker_gpus",
+    "GPUs of the GPU nodes (per their GPU count label), as last listed by the circuit breaker.",
+);
+pub const DEVICE_TAINTS: Family = Family {
+    name: "gpu_health_device_taints",
+    kind: Kind::Info,
+    help: "How the health loop holds a single GPU: api_version is the resource.k8s.io version it writes \
+           DeviceTaintRules in, none when the cluster serves none (or refused the loop's: failed GPUs are quarantined \
+           with their node), unknown before it was asked; effect is the taints' effect. Always 1.",
+    unit: None,
+};
 pub const MODE: Family = Family {
     name: "gpu_health_mode",
     kind: Kind::Info,
@@ -82,6 +111,7 @@ pub const MODE: Family = Family {
 pub const ALL: &[Family] = &[
     GPU_HEALTHY,
     GPU_SIGNAL,
+    GPU_QUARANTINED,
     NODE_HEALTHY,
     NODE_REASON,
     NODE_UNHEALTHY_SINCE,
@@ -94,6 +124,11 @@ pub const ALL: &[Family] = &[
     BREAKER_QUARANTINED,
     BREAKER_LIMIT,
     BREAKER_FLEET,
+    BREAKER_GPU_OPEN,
+    BREAKER_QUARANTINED_GPUS,
+    BREAKER_LIMIT_GPUS,
+    BREAKER_FLEET_GPUS,
+    DEVICE_TAINTS,
     MODE,
 ];
 
@@ -133,6 +168,11 @@ pub fn render_view(view: &HealthView, out: &mut dyn Exposition, ctx: &RenderCont
             }
         }
     });
+    out.emit(&GPU_QUARANTINED, &mut |s| {
+        if known {
+            gpus().for_each(|(g, l)| s.sample(l, &[], flag(g.quarantined)));
+        }
+    });
     out.emit(&NODE_HEALTHY, &mut |s| {
         if known {
             s.sample(&own, &[], flag(view.health == Health::Healthy));
@@ -158,6 +198,15 @@ pub fn render_view(view: &HealthView, out: &mut dyn Exposition, ctx: &RenderCont
         out.emit(&BREAKER_LIMIT, &mut |s| s.sample(&own, &[], b.limit as f64));
         out.emit(&BREAKER_FLEET, &mut |s| s.sample(&own, &[], b.fleet as f64));
     }
+    if let Some(b) = view.gpu_breaker {
+        out.emit(&BREAKER_GPU_OPEN, &mut |s| s.sample(&own, &[], flag(b.open)));
+        out.emit(&BREAKER_QUARANTINED_GPUS, &mut |s| s.sample(&own, &[], b.quarantined as f64));
+        out.emit(&BREAKER_LIMIT_GPUS, &mut |s| s.sample(&own, &[], b.limit as f64));
+        out.emit(&BREAKER_FLEET_GPUS, &mut |s| s.sample(&own, &[], b.fleet as f64));
+    }
+    out.emit(&DEVICE_TAINTS, &mut |s| {
+        s.sample(&own, &[("api_version", view.device_taints), ("effect", view.device_taint_effect)], 1.0)
+    });
     out.emit(&MODE, &mut |s| s.sample(&own, &[("mode", view.mode), ("api", view.api)], 1.0));
 }
 
@@ -225,9 +274,12 @@ mod tests {
                 uuid: "GPU-a".into(),
                 model: "H100".into(),
                 signals: vec![("GpuLost".into(), true)],
+                quarantined: true,
             }],
             quarantined: true,
             breaker: Some(BreakerView { open: false, quarantined: 1, limit: 2, fleet: 20 }),
+            gpu_breaker: Some(BreakerView { open: true, quarantined: 16, limit: 16, fleet: 160 }),
+            device_taints: "v1",
             ..HealthView::default()
         };
         view.actions.insert("cordon", 1);
@@ -246,6 +298,21 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("gpu_health_breaker_limit_nodes{node=\"gpu-1\",cluster=\"prod\"} 2\n"), "{text}");
+        assert!(
+            text.contains(
+                "gpu_health_gpu_quarantined{node=\"gpu-1\",gpu=\"0\",uuid=\"GPU-a\",model=\"H100\",cluster=\"prod\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("gpu_health_breaker_gpu_open{node=\"gpu-1\",cluster=\"prod\"} 1\n"), "{text}");
+        assert!(text.contains("gpu_health_breaker_limit_gpus{node=\"gpu-1\",cluster=\"prod\"} 16\n"), "{text}");
+        assert!(text.contains("gpu_health_breaker_gpus{node=\"gpu-1\",cluster=\"prod\"} 160\n"), "{text}");
+        assert!(
+            text.contains(
+                "gpu_health_device_taints_info{node=\"gpu-1\",cluster=\"prod\",api_version=\"v1\",effect=\"NoSchedule\"} 1\n"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("gpu_health_node_unhealthy_since_timestamp_seconds{node=\"gpu-1\",cluster=\"prod\"} 100\n")
         );

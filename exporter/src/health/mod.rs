@@ -23,8 +23,10 @@ use tokio::sync::watch;
 use crate::render::Section;
 use crate::snapshot::Snapshot;
 
-pub use gpu_health::{names, node_state, plan, policy, signals, time, xid};
-pub use gpu_health_kube::{HealthHandle, actions, breaker, config, retry, start_with_config};
+pub use gpu_health::{device_rules, names, node_state, observation, plan, policy, signals, time, xid};
+pub use gpu_health_kube::{
+    HealthHandle, actions, breaker, config, device_rules as device_rules_api, retry, start_with_config,
+};
 
 /// How the loop finds the Kubernetes API: `--kubernetes.api` and
 /// `--kubernetes.kubeconfig`, read the same way as for the pod watch.

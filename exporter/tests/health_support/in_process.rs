@@ -9,6 +9,7 @@ use gpu_exporter::config::Args;
 use gpu_exporter::health::config::HealthSettings;
 use gpu_exporter::health::metrics::HealthView;
 use gpu_exporter::health::{HealthHandle, start_with_config};
+use gpu_exporter::snapshot::attribution::{AttributionResult, DraDeviceName};
 use gpu_exporter::snapshot::{
     DriverInfo, EccCounts, GpuIdentity, GpuReadings, GpuSnapshot, GpuState, NvmlStatus, Snapshot, XidRecord,
 };
@@ -71,6 +72,54 @@ pub fn snapshot(generation: u64, f: impl FnOnce(&mut GpuSnapshot)) -> Arc<Snapsh
         ..Snapshot::default()
     };
     s.stats.cycles_total = generation;
+    Arc::new(s)
+}
+
+/// The DRA driver of the tests' DRA nodes (its pool is the node's name).
+pub const DRIVER: &str = "gpu.nvidia.com";
+
+/// GPU `i`'s UUID on `node`.
+pub fn uuid(node: &str, i: u32) -> String {
+    format!("GPU-{node}-{i}")
+}
+
+/// GPU `i`'s DRA device name.
+pub fn device(i: u32) -> String {
+    format!("gpu-{i}")
+}
+
+/// `n` GPUs of `node`; on a DRA node each is published as device `gpu-<i>` in the
+/// node's pool (the whole GPU; no MIG); `f` shapes GPU `i`.
+pub fn node_snapshot(
+    node: &str,
+    generation: u64,
+    n: u32,
+    dra: bool,
+    f: impl Fn(u32, &mut GpuSnapshot),
+) -> Arc<Snapshot> {
+    let one = snapshot(generation, |_| {});
+    let template = one.gpus[0].clone();
+    let mut s = (*one).clone();
+    s.gpus = (0..n)
+        .map(|i| {
+            let mut g = template.clone();
+            g.index = i;
+            g.identity.uuid = uuid(node, i);
+            f(i, &mut g);
+            if g.state != GpuState::Ok {
+                g.readings = None;
+            }
+            g
+        })
+        .collect();
+    if dra {
+        let mut attribution = AttributionResult::default();
+        for g in &s.gpus {
+            let name = DraDeviceName { driver: DRIVER.into(), pool: node.into(), device: device(g.index) };
+            attribution.dra_devices.insert(g.identity.uuid.clone(), vec![name]);
+        }
+        s.attribution = Some(attribution);
+    }
     Arc::new(s)
 }
 

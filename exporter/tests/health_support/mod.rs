@@ -3,7 +3,11 @@
 //! semantics the loop depends on (strategic merge of node conditions by type, a JSON
 //! merge patch replacing lists, `resourceVersion` preconditions answering 409,
 //! `AlreadyExists`, label selectors, metadata-only lists, managed fields of
-//! `spec.unschedulable`). It also answers the exporter's pod watch (an empty pod list,
+//! `spec.unschedulable`), and DRA device taints: discovery of `resource.k8s.io`
+//! (`/apis/resource.k8s.io`, `/apis/resource.k8s.io/<version>`) and cluster-scoped
+//! DeviceTaintRules in the versions a test serves (list by label selector, get,
+//! create with 409 AlreadyExists, JSON merge patch and delete with `resourceVersion`
+//! and UID preconditions answering 409). It also answers the exporter's pod watch (an empty pod list,
 //! and a watch that stays open without events) so that the exporter binary can run
 //! with `--kubernetes.api=auto` against it.
 //!
@@ -165,6 +169,12 @@ struct Cluster {
     faults: Vec<Fault>,
     /// Turns true when the server stops: open watches end.
     closing: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Versions of `resource.k8s.io` served (none: the group is not).
+    resource_versions: Vec<String>,
+    /// Of those, the ones that serve `devicetaintrules`.
+    rule_versions: Vec<String>,
+    /// DeviceTaintRules by name, as stored (apiVersion as last written).
+    rules: BTreeMap<String, Value>,
 }
 
 impl Cluster {
@@ -283,6 +293,32 @@ impl FakeApi {
 
     pub fn config_map(&self, namespace: &str, name: &str) -> Option<Value> {
         self.lock().config_maps.get(&(namespace.to_string(), name.to_string())).cloned()
+    }
+
+    /// Serves `resource.k8s.io` in `group` versions, DeviceTaintRules in `rules` of them.
+    pub fn serve_resource_api(&self, group: &[&str], rules: &[&str]) {
+        let mut c = self.lock();
+        c.resource_versions = group.iter().map(|v| v.to_string()).collect();
+        c.rule_versions = rules.iter().map(|v| v.to_string()).collect();
+    }
+
+    /// Creates a DeviceTaintRule as another client (an admin) would.
+    pub fn add_device_taint_rule(&self, mut rule: Value) {
+        let mut c = self.lock();
+        let rv = c.next_rv();
+        let name = rule["metadata"]["name"].as_str().unwrap().to_string();
+        rule["metadata"]["resourceVersion"] = json!(rv);
+        rule["metadata"]["uid"] = json!(format!("uid-{name}"));
+        c.rules.insert(name, rule);
+    }
+
+    /// Deletes a DeviceTaintRule as another client would.
+    pub fn delete_device_taint_rule(&self, name: &str) {
+        self.lock().rules.remove(name);
+    }
+
+    pub fn device_taint_rules(&self) -> BTreeMap<String, Value> {
+        self.lock().rules.clone()
     }
 
     pub fn events(&self) -> Vec<Value> {
@@ -658,11 +694,147 @@ fn serve(c: &mut Cluster, r: &Request, accept: &str) -> Response {
             c.events.push(e.clone());
             (StatusCode::CREATED, [(header::CONTENT_TYPE, "application/json")], e.to_string()).into_response()
         }
+        (_, ["apis", "resource.k8s.io", rest @ ..]) => serve_resource(c, r, rest),
         _ => {
             let line = format!("{}: no such route in the test API server", r.describe());
             c.failures.push(line);
             status(404, "NotFound", "no such route")
         }
+    }
+}
+
+/// `resource.k8s.io`: discovery and DeviceTaintRules, in the versions served.
+fn serve_resource(c: &mut Cluster, r: &Request, rest: &[&str]) -> Response {
+    match (r.method.as_str(), rest) {
+        ("GET", []) => {
+            if c.resource_versions.is_empty() {
+                return status(404, "NotFound", "the server could not find the requested resource");
+            }
+            let versions: Vec<Value> = c
+                .resource_versions
+                .iter()
+                .map(|v| json!({"groupVersion": format!("resource.k8s.io/{v}"), "version": v}))
+                .collect();
+            ok(&json!({"kind": "APIGroup", "apiVersion": "v1", "name": "resource.k8s.io",
+                "versions": versions, "preferredVersion": versions[0]}))
+        }
+        ("GET", [version]) if c.resource_versions.iter().any(|v| v == version) => {
+            let mut resources = vec![json!({"name": "resourceslices", "singularName": "resourceslice",
+                "namespaced": false, "kind": "ResourceSlice", "verbs": ["get", "list", "watch"]})];
+            if c.rule_versions.iter().any(|v| v == version) {
+                resources.push(json!({"name": "devicetaintrules", "singularName": "devicetaintrule",
+                    "namespaced": false, "kind": "DeviceTaintRule",
+                    "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}));
+            }
+            ok(&json!({"kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": format!("resource.k8s.io/{version}"), "resources": resources}))
+        }
+        (_, [version, "devicetaintrules", tail @ ..]) if c.rule_versions.iter().any(|v| v == version) => {
+            let version = version.to_string();
+            match tail {
+                [] => serve_rules(c, r, &version),
+                [name] => serve_rule(c, r, &version, name),
+                _ => status(404, "NotFound", "no such subresource"),
+            }
+        }
+        _ => status(404, "NotFound", "the server could not find the requested resource"),
+    }
+}
+
+fn as_version(rule: &Value, version: &str) -> Value {
+    let mut rule = rule.clone();
+    rule["apiVersion"] = json!(format!("resource.k8s.io/{version}"));
+    rule
+}
+
+fn conflict(what: &str) -> Response {
+    status(
+        409,
+        "Conflict",
+        &format!(
+            "Operation cannot be fulfilled on devicetaintrules.resource.k8s.io \"{what}\": the object has been modified; please apply your changes to the latest version and try again"
+        ),
+    )
+}
+
+/// `.../devicetaintrules`: list (label selector) and create.
+fn serve_rules(c: &mut Cluster, r: &Request, version: &str) -> Response {
+    match r.method.as_str() {
+        "GET" => {
+            let selector = query_param(&r.query, "labelSelector").unwrap_or_default();
+            let items: Vec<Value> = c
+                .rules
+                .values()
+                .filter(|rule| selector_matches(&selector, &rule["metadata"]["labels"]))
+                .map(|rule| as_version(rule, version))
+                .collect();
+            if let Some(last) = c.log.last_mut() {
+                last.listed = items.len();
+            }
+            let rv = c.resource_version.to_string();
+            ok(&json!({"apiVersion": format!("resource.k8s.io/{version}"), "kind": "DeviceTaintRuleList",
+                "metadata": {"resourceVersion": rv}, "items": items}))
+        }
+        "POST" => {
+            if r.body["apiVersion"] != json!(format!("resource.k8s.io/{version}")) {
+                return status(400, "BadRequest", "the body's apiVersion is not the path's");
+            }
+            let name = r.body["metadata"]["name"].as_str().unwrap_or("").to_string();
+            if c.rules.contains_key(&name) {
+                return status(
+                    409,
+                    "AlreadyExists",
+                    &format!("devicetaintrules.resource.k8s.io \"{name}\" already exists"),
+                );
+            }
+            let rv = c.next_rv();
+            let mut rule = r.body.clone();
+            rule["metadata"]["resourceVersion"] = json!(rv);
+            rule["metadata"]["uid"] = json!(format!("uid-{name}-{rv}"));
+            c.rules.insert(name, rule.clone());
+            (StatusCode::CREATED, [(header::CONTENT_TYPE, "application/json")], rule.to_string()).into_response()
+        }
+        _ => status(405, "MethodNotAllowed", "not on a collection"),
+    }
+}
+
+/// `.../devicetaintrules/<name>`: get, JSON merge patch, delete.
+fn serve_rule(c: &mut Cluster, r: &Request, version: &str, name: &str) -> Response {
+    let Some(current) = c.rules.get(name).cloned() else {
+        return status(404, "NotFound", &format!("devicetaintrules.resource.k8s.io \"{name}\" not found"));
+    };
+    match r.method.as_str() {
+        "GET" => ok(&as_version(&current, version)),
+        "PATCH" => {
+            if r.content_type != MERGE {
+                return status(415, "UnsupportedMediaType", "only merge patches here");
+            }
+            let mut patch = r.body.clone();
+            if let Some(want) = patch.pointer("/metadata/resourceVersion").cloned() {
+                if want != current["metadata"]["resourceVersion"] {
+                    return conflict(name);
+                }
+                patch["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+            }
+            let rv = c.next_rv();
+            let mut rule = current;
+            merge(&mut rule, &patch, "", true);
+            rule["metadata"]["resourceVersion"] = json!(rv);
+            c.rules.insert(name.to_string(), rule.clone());
+            ok(&as_version(&rule, version))
+        }
+        "DELETE" => {
+            let pre = &r.body["preconditions"];
+            let uid_ok = pre.get("uid").is_none_or(|u| *u == current["metadata"]["uid"]);
+            let rv_ok = pre.get("resourceVersion").is_none_or(|v| *v == current["metadata"]["resourceVersion"]);
+            if !uid_ok || !rv_ok {
+                return conflict(name);
+            }
+            c.rules.remove(name);
+            ok(&json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {"name": name, "group": "resource.k8s.io", "kind": "devicetaintrules"}}))
+        }
+        _ => status(405, "MethodNotAllowed", "not on a rule"),
     }
 }
 

@@ -21,12 +21,21 @@
 //!   the unhealthy node names. When it moves (a more severe reason joins, or the
 //!   primary one clears), the taint the loop owns, the condition and a
 //!   `GPUReasonChanged` Event move with it in the same reconcile.
+//! - Where the verdict holds only GPUs ([`Verdict::holds_node`] false), the node is not
+//!   cordoned or tainted: each held GPU gets DeviceTaintRules ([`gpus`]), and a node the
+//!   loop had held as a whole is released (`GPUQuarantineNarrowed`) once every held GPU
+//!   is held by its own rules. The condition says which: the GPUs held on their own, or
+//!   why the whole node is (a device plugin, a node-wide signal, too many GPUs).
+
+mod gpus;
 
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::api::resource::v1::DeviceTaintRule;
 use serde_json::{Map, Value, json};
 
+use crate::device_rules::{Effect, RuleView};
 use crate::names::Names;
 use crate::node_state::{Applied, Claim, Found, NodeView, Overridden, QuarantineState};
 use crate::policy::{self, Health, Verdict};
@@ -53,8 +62,9 @@ impl Mode {
 }
 
 /// The circuit breaker's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Permit {
+    #[default]
     NotAsked,
     Granted,
     Denied {
@@ -91,6 +101,36 @@ pub struct EventSpec {
     pub message: String,
 }
 
+/// A write of one of the loop's DeviceTaintRules.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuleWrite {
+    Create(Box<DeviceTaintRule>),
+    /// Set the taint's value (the GPU's primary reason moved), if the rule is still the
+    /// version read.
+    SetValue {
+        name: String,
+        resource_version: String,
+        value: String,
+    },
+    /// Delete the rule, if it is still the object and version read.
+    Delete {
+        name: String,
+        uid: String,
+        resource_version: String,
+    },
+}
+
+/// What a plan reads about device taints.
+#[derive(Debug, Clone, Default)]
+pub struct Devices<'a> {
+    /// The loop's rules for this node as listed; `None`: not listed (no device taints
+    /// served, or the listing failed): nothing is planned for them.
+    pub rules: Option<&'a [RuleView]>,
+    /// The GPU breaker's answer for the GPUs that want a new place.
+    pub permit: Permit,
+    pub effect: Effect,
+}
+
 /// What to write.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
@@ -106,19 +146,50 @@ pub struct Plan {
     pub owns_nothing: bool,
     /// The node carries the opt-out label: nothing is written.
     pub opted_out: bool,
-    /// Actions for the metrics: cordon, uncordon, taint, untaint, condition,
-    /// dry_run, blocked, overridden.
+    /// Actions for the metrics: cordon, uncordon, taint, untaint, device_taint,
+    /// device_untaint, condition, dry_run, blocked, overridden.
     pub actions: Vec<&'static str>,
+    /// DeviceTaintRule writes: the loop sends creates and value changes before the node
+    /// patch (a GPU is held before the claim says so, and before a cordon is lifted) and
+    /// deletes after it (the claim lets go first, so a restart in between finds no
+    /// rule the claim names and calls it deleted by someone else).
+    pub rules: Vec<RuleWrite>,
+    /// GPUs (UUIDs) that want a new place in the GPU breaker: ask, and plan again.
+    pub needs_gpu_permit: Vec<String>,
+    /// GPUs (UUIDs) that hold rules once this plan is written: the GPU breaker keeps
+    /// their places and gives back this node's others.
+    pub gpus_owned: Vec<String>,
+    /// The rules were not listed but are needed (a GPU to hold or to release): nothing
+    /// is done to them; the reconcile is retried.
+    pub rules_unknown: bool,
+    /// A rule the claim names was not in the listing: deleted by someone else, or a
+    /// cached listing behind. The loop lists again, fresh, before it believes it.
+    pub rules_missing: bool,
 }
 
 impl Plan {
     pub fn writes_anything(&self) -> bool {
-        self.node_patch.is_some() || self.status_patch.is_some() || !self.events.is_empty()
+        self.node_patch.is_some() || self.status_patch.is_some() || !self.events.is_empty() || !self.rules.is_empty()
     }
 }
 
-/// Plans the writes that bring `node` in line with `verdict`.
+/// Plans the writes that bring `node` in line with `verdict`, for a node without device
+/// taints (see [`plan_with`]).
 pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, names: &Names, now: SystemTime) -> Plan {
+    plan_with(node, verdict, mode, permit, names, now, &Devices::default())
+}
+
+/// Plans the writes that bring `node` and the loop's DeviceTaintRules in line with
+/// `verdict`.
+pub fn plan_with(
+    node: &NodeView,
+    verdict: &Verdict,
+    mode: Mode,
+    permit: &Permit,
+    names: &Names,
+    now: SystemTime,
+    devices: &Devices,
+) -> Plan {
     let mut out = Plan::default();
     if node.labels.get(&names.opt_out_label).map(String::as_str) == Some("true") {
         out.opted_out = true;
@@ -127,7 +198,7 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
     if verdict.health == Health::Unknown {
         return out;
     }
-    let scene = Scene { node, verdict, mode, permit, names, now };
+    let scene = Scene { node, verdict, mode, permit, names, now, devices };
     let key = if mode == Mode::DryRun { &names.dry_run_annotation } else { &names.state_annotation };
     let old_text = node.annotations.get(key);
     let old = old_text.and_then(|t| Claim::parse(key, t).ok());
@@ -142,12 +213,22 @@ pub fn plan(node: &NodeView, verdict: &Verdict, mode: Mode, permit: &Permit, nam
 
     match verdict.health {
         Health::Unhealthy => match plan_unhealthy(&scene, old.as_ref(), claim.take(), &mut out, &mut writes) {
-            Some(c) => claim = Some(c),
-            None => return Plan { needs_permit: true, ..Plan::default() },
+            Ok(c) => claim = Some(c),
+            Err(Wait::NodePermit) => return Plan { needs_permit: true, ..Plan::default() },
+            Err(Wait::GpuPermit(uuids)) => return Plan { needs_gpu_permit: uuids, ..Plan::default() },
         },
         Health::Healthy => {
+            let mut gpus = claim.as_ref().map(|c| c.gpus.clone()).unwrap_or_default();
+            let lifted = if mode == Mode::DryRun {
+                Vec::new()
+            } else {
+                gpus::plan_gpus(&scene, &mut gpus, None, &mut out).map(|o| o.lifted).unwrap_or_default()
+            };
+            if out.rules_unknown {
+                return Plan { rules_unknown: true, ..Plan::default() };
+            }
             if let Some(c) = claim.take() {
-                plan_lift(&scene, &c, &mut out, &mut writes);
+                plan_lift(&scene, &c, &mut out, &mut writes, &lifted);
             }
             out.owns_nothing = true;
             if mode != Mode::DryRun {
@@ -173,6 +254,14 @@ struct Scene<'a> {
     permit: &'a Permit,
     names: &'a Names,
     now: SystemTime,
+    devices: &'a Devices<'a>,
+}
+
+/// A plan that cannot be made yet: a breaker must be asked first.
+enum Wait {
+    NodePermit,
+    /// The GPUs (UUIDs) that want places.
+    GpuPermit(Vec<String>),
 }
 
 /// The spec writes a plan collects; `None` leaves a field alone.
@@ -193,52 +282,26 @@ struct Wording {
 
 /// The unhealthy node: the claim to record, the mode's writes and Events, a
 /// `GPUReasonChanged` Event when the primary reason moved and no other Event said
-/// so, and the condition. `None`: a new quarantine needs the breaker's permit first.
+/// so, and the condition. `Err`: a breaker must be asked first.
 fn plan_unhealthy(
     s: &Scene,
     old: Option<&Claim>,
     claim: Option<Claim>,
     out: &mut Plan,
     writes: &mut SpecWrites,
-) -> Option<Claim> {
+) -> Result<Claim, Wait> {
     let (node, names, verdict) = (s.node, s.names, s.verdict);
     let primary = verdict.primary_code().to_string();
     let text = Wording { named: format!("primary reason {primary}"), reasons: describe(verdict), primary };
     let previous = old.and_then(|o| policy::primary(&o.reasons)).map(|r| r.code.clone());
-    let since = verdict.since.unwrap_or(s.now);
-    let mut c = claim.unwrap_or_else(|| Claim {
-        // Set by every mode below.
-        state: QuarantineState::Unhealthy,
-        since,
-        reasons: Vec::new(),
-        latches: Vec::new(),
-        applied: Applied::default(),
-        found: Found { unschedulable: node.unschedulable },
-        overridden: Overridden::default(),
-        blocked: false,
-        intended: Vec::new(),
-        boot_id: node.boot_id.clone(),
-    });
-    c.since = since;
+    let mut c = claim.unwrap_or_else(|| new_claim(s));
+    c.since = verdict.since.unwrap_or(s.now);
     c.reasons = verdict.reasons.clone();
     c.latches = verdict.latches.clone();
+    c.node_scope = verdict.node_scope.clone();
     // Whether an Event of this plan already names the primary reason, and the taint
     // value the loop's taint moved from.
-    let (told, moved_taint) = match s.mode {
-        Mode::DryRun => (plan_dry_run(s, old, &mut c, &text, out), None),
-        Mode::ConditionOnly => {
-            c.state = QuarantineState::Unhealthy;
-            if old.is_none() {
-                out.events.push(EventSpec {
-                    kind: EventType::Warning,
-                    reason: "GPUUnhealthy",
-                    message: format!("auto-cordon is off, scheduling left alone; {}; {}", text.named, text.reasons),
-                });
-            }
-            (old.is_none(), None)
-        }
-        Mode::Enforce => plan_enforce(s, &mut c, &text, out, writes)?,
-    };
+    let (told, moved_taint) = plan_mode(s, old, &mut c, &text, out, writes)?;
     let primary = &text.primary;
     let moved = previous.as_ref().is_some_and(|p| p != primary) || moved_taint.is_some();
     if s.mode != Mode::DryRun && moved && !told {
@@ -254,9 +317,151 @@ fn plan_unhealthy(
         });
     }
     if s.mode != Mode::DryRun {
-        plan_condition(out, node, names, "False", primary, &text.reasons, s.now);
+        plan_condition(out, node, names, "False", primary, &condition_message(s, &text), s.now);
     }
-    Some(c)
+    Ok(c)
+}
+
+/// A claim for a node the loop has not recorded anything on yet.
+fn new_claim(s: &Scene) -> Claim {
+    Claim {
+        // Set by every mode.
+        state: QuarantineState::Unhealthy,
+        since: s.verdict.since.unwrap_or(s.now),
+        reasons: Vec::new(),
+        latches: Vec::new(),
+        applied: Applied::default(),
+        found: Found { unschedulable: s.node.unschedulable },
+        overridden: Overridden::default(),
+        blocked: false,
+        intended: Vec::new(),
+        boot_id: s.node.boot_id.clone(),
+        gpus: Vec::new(),
+        node_scope: None,
+    }
+}
+
+/// The mode's writes and Events: whether an Event named the primary reason, and the
+/// value the loop's node taint moved from.
+fn plan_mode(
+    s: &Scene,
+    old: Option<&Claim>,
+    c: &mut Claim,
+    text: &Wording,
+    out: &mut Plan,
+    writes: &mut SpecWrites,
+) -> Result<(bool, Option<String>), Wait> {
+    match s.mode {
+        Mode::DryRun => {
+            gpus::record(&mut c.gpus, &s.verdict.gpus);
+            Ok((plan_dry_run(s, old, c, text, out), None))
+        }
+        Mode::ConditionOnly => {
+            let outcome = gpus::plan_gpus(s, &mut c.gpus, Some(text), out).unwrap_or_default();
+            recovered_gpus(&outcome.lifted, out);
+            c.state = state_of(c);
+            if old.is_none() {
+                out.events.push(EventSpec {
+                    kind: EventType::Warning,
+                    reason: "GPUUnhealthy",
+                    message: format!("auto-cordon is off, scheduling left alone; {}; {}", text.named, text.reasons),
+                });
+            }
+            Ok((old.is_none(), None))
+        }
+        Mode::Enforce => {
+            let Some(outcome) = gpus::plan_gpus(s, &mut c.gpus, Some(text), out) else {
+                return Err(Wait::GpuPermit(out.needs_gpu_permit.clone()));
+            };
+            let (told, moved) = if s.verdict.holds_node() {
+                plan_enforce(s, c, text, out, writes).ok_or(Wait::NodePermit)?
+            } else {
+                (plan_narrow(s, c, text, out, writes), None)
+            };
+            recovered_gpus(&outcome.lifted, out);
+            c.state = state_of(c);
+            Ok((told || outcome.told, moved))
+        }
+    }
+}
+
+/// The claim's state from what it holds.
+fn state_of(c: &Claim) -> QuarantineState {
+    if c.applied.anything() {
+        QuarantineState::Quarantined
+    } else if c.gpus.iter().any(|g| !g.rules.is_empty()) {
+        QuarantineState::GpusQuarantined
+    } else {
+        QuarantineState::Unhealthy
+    }
+}
+
+/// One `GPURecovered` Event per GPU whose device taints were lifted while others stay held.
+fn recovered_gpus(lifted: &[String], out: &mut Plan) {
+    for what in lifted {
+        out.events.push(EventSpec {
+            kind: EventType::Normal,
+            reason: "GPURecovered",
+            message: format!("passes the health checks again: {what}; the node's other held GPUs stay held"),
+        });
+    }
+}
+
+/// Only GPUs are held now: a node the loop had held as a whole is released (its cordon
+/// and taint lifted), once every held GPU is held by its own rules (or an admin took
+/// them off). Returns whether an Event named the primary reason.
+fn plan_narrow(s: &Scene, c: &mut Claim, text: &Wording, out: &mut Plan, writes: &mut SpecWrites) -> bool {
+    if !c.applied.anything() {
+        return false;
+    }
+    let ready = s.verdict.gpus.iter().all(|h| c.gpu(&h.uuid).is_some_and(|g| !g.rules.is_empty() || g.overridden));
+    if !ready {
+        return false;
+    }
+    let (node, names) = (s.node, s.names);
+    let mut lifted = Vec::new();
+    if c.applied.cordon {
+        writes.unschedulable = Some(false);
+        out.actions.push("uncordon");
+        lifted.push("uncordoned".to_string());
+    }
+    if c.applied.taint.is_some() && node.taint(&names.taint_key).is_some() {
+        writes.taints = Some(node.taints.iter().filter(|t| t.key != names.taint_key).cloned().collect());
+        out.actions.push("untaint");
+        lifted.push(format!("removed taint {}", names.taint_key));
+    }
+    c.applied = Applied::default();
+    let held: Vec<String> = s.verdict.gpus.iter().map(|g| format!("GPU {} ({})", g.index, g.uuid)).collect();
+    out.events.push(EventSpec {
+        kind: EventType::Normal,
+        reason: "GPUQuarantineNarrowed",
+        message: format!(
+            "the fault is down to {}, held by device taints: {}; {}; {}",
+            held.join(", "),
+            if lifted.is_empty() { "nothing of the loop's left to lift".to_string() } else { lifted.join(" and ") },
+            text.named,
+            text.reasons
+        ),
+    });
+    true
+}
+
+/// The condition's message: the reasons, after what is held: only the named GPUs, or
+/// the whole node and why.
+fn condition_message(s: &Scene, text: &Wording) -> String {
+    match &s.verdict.node_scope {
+        Some(why) => format!("the whole node is held: {why}; {}", text.reasons),
+        None if s.verdict.gpus.is_empty() => text.reasons.clone(),
+        None => {
+            let held: Vec<String> = s.verdict.gpus.iter().map(|g| format!("GPU {} ({})", g.index, g.uuid)).collect();
+            let how = if s.mode == Mode::Enforce {
+                "by device taints"
+            } else {
+                "(device taints are not applied in this mode)"
+            };
+            format!("only {} held, {how}; the node stays schedulable; {}", held.join(", "), text.reasons)
+        }
+    }
 }
 
 /// Dry-run: record what would be done, and tell when that or the reasons change.
@@ -264,11 +469,24 @@ fn plan_unhealthy(
 fn plan_dry_run(s: &Scene, old: Option<&Claim>, c: &mut Claim, text: &Wording, out: &mut Plan) -> bool {
     let (node, names, primary) = (s.node, s.names, &text.primary);
     let mut intended = Vec::new();
-    if !node.unschedulable {
-        intended.push("cordon".to_string());
-    }
-    if node.taint(&names.taint_key).is_none() {
-        intended.push(format!("taint {}={primary}:NoSchedule", names.taint_key));
+    if !s.verdict.holds_node() {
+        for g in &s.verdict.gpus {
+            let effect = s.devices.effect.as_str();
+            intended.push(format!(
+                "device-taint GPU {} ({}) {}={}:{effect}",
+                g.index,
+                g.uuid,
+                names.taint_key,
+                g.primary_code()
+            ));
+        }
+    } else {
+        if !node.unschedulable {
+            intended.push("cordon".to_string());
+        }
+        if node.taint(&names.taint_key).is_none() {
+            intended.push(format!("taint {}={primary}:NoSchedule", names.taint_key));
+        }
     }
     intended.push(format!("condition {}=False reason {primary}", names.condition_type));
     let first = old.is_none_or(|o| o.intended != intended);
@@ -407,7 +625,7 @@ fn retainted(node: &NodeView, names: &Names, primary: &str) -> Vec<Taint> {
 
 /// Healthy again: lift what the loop applied (never someone else's cordon) and say
 /// so; in dry-run only say what would be lifted.
-fn plan_lift(s: &Scene, c: &Claim, out: &mut Plan, writes: &mut SpecWrites) {
+fn plan_lift(s: &Scene, c: &Claim, out: &mut Plan, writes: &mut SpecWrites, gpus_lifted: &[String]) {
     let (node, names) = (s.node, s.names);
     if s.mode == Mode::DryRun {
         out.actions.push("dry_run");
@@ -429,6 +647,7 @@ fn plan_lift(s: &Scene, c: &Claim, out: &mut Plan, writes: &mut SpecWrites) {
         out.actions.push("untaint");
         lifted.push(format!("removed taint {}", names.taint_key));
     }
+    lifted.extend(gpus_lifted.iter().cloned());
     let kept = if node.unschedulable && !c.applied.cordon {
         "; the node stays cordoned: that cordon is not the health loop's"
     } else {
@@ -552,6 +771,7 @@ fn plan_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device_rules;
     use crate::node_state::ConditionView;
     use crate::policy::{Needs, Reason};
     use std::time::{Duration, UNIX_EPOCH};
@@ -580,6 +800,8 @@ mod tests {
             pending: vec![],
             notes: vec![],
             changed: true,
+            gpus: vec![],
+            node_scope: None,
         }
     }
 
@@ -908,5 +1130,324 @@ mod tests {
         let c = &p.status_patch.as_ref().unwrap()["status"]["conditions"][0];
         assert_eq!(c["lastTransitionTime"], "2024-01-01T00:00:00Z");
         assert_eq!(c["lastHeartbeatTime"], "2024-05-01T12:00:00Z");
+    }
+
+    // ---- GPUs held on their own: DeviceTaintRules ------------------------------------
+
+    use crate::device_rules::read_rule;
+    use crate::observation::DraDevice;
+    use crate::policy::HeldGpu;
+
+    fn dev(i: u32) -> DraDevice {
+        DraDevice { driver: "gpu.nvidia.com".into(), pool: "gpu-1".into(), device: format!("gpu-{i}") }
+    }
+
+    fn gpu_reason(i: u32, code: &str) -> Reason {
+        Reason {
+            gpu: Some(i),
+            uuid: format!("GPU-{i}"),
+            code: code.into(),
+            detail: format!("{code} seen"),
+            needs: Needs::Reset,
+            first_seen: Some(now()),
+        }
+    }
+
+    /// GPUs `held` held with XID 79 each; the whole node when `scope` says why.
+    fn holding(held: &[u32], scope: Option<&str>) -> Verdict {
+        let gpus: Vec<HeldGpu> = held
+            .iter()
+            .map(|i| HeldGpu {
+                index: *i,
+                uuid: format!("GPU-{i}"),
+                since: now(),
+                reasons: vec![gpu_reason(*i, "Xid79")],
+                devices: vec![dev(*i)],
+            })
+            .collect();
+        let reasons = gpus.iter().flat_map(|g| g.reasons.clone()).collect();
+        Verdict { reasons, gpus, node_scope: scope.map(String::from), ..sick() }
+    }
+
+    /// The rules after `p` is written.
+    fn rules_after(before: &[RuleView], p: &Plan) -> Vec<RuleView> {
+        let mut rules = before.to_vec();
+        for w in &p.rules {
+            match w {
+                RuleWrite::Create(rule) => {
+                    let mut rule = (**rule).clone();
+                    rule.metadata.uid = Some(format!("uid-{}", rule.metadata.name.clone().unwrap()));
+                    rule.metadata.resource_version = Some("1".into());
+                    rules.push(read_rule(&rule, &names(), "gpu-1").unwrap());
+                }
+                RuleWrite::SetValue { name, value, .. } => {
+                    rules.iter_mut().filter(|r| &r.name == name).for_each(|r| r.value = value.clone());
+                }
+                RuleWrite::Delete { name, .. } => rules.retain(|r| &r.name != name),
+            }
+        }
+        rules
+    }
+
+    fn with_rules<'a>(rules: &'a [RuleView], permit: Permit) -> Devices<'a> {
+        Devices { rules: Some(rules), permit, effect: Effect::NoSchedule }
+    }
+
+    fn gpu_plan(n: &NodeView, v: &Verdict, rules: &[RuleView], gpu_permit: Permit) -> Plan {
+        plan_with(n, v, Mode::Enforce, &Permit::NotAsked, &names(), now(), &with_rules(rules, gpu_permit))
+    }
+
+    #[test]
+    fn one_gpu_is_held_by_a_device_taint_and_the_node_stays_schedulable() {
+        let v = holding(&[3], None);
+        let first = gpu_plan(&node(), &v, &[], Permit::NotAsked);
+        assert_eq!(first.needs_gpu_permit, vec!["GPU-3".to_string()], "asks the GPU breaker first");
+        assert!(!first.needs_permit, "not the node breaker");
+        assert!(!first.writes_anything());
+        let p = gpu_plan(&node(), &v, &[], Permit::Granted);
+        assert_eq!(p.rules.len(), 1);
+        let RuleWrite::Create(rule) = &p.rules[0] else { panic!("{:?}", p.rules) };
+        assert_eq!(rule.spec.device_selector.as_ref().unwrap().device.as_deref(), Some("gpu-3"));
+        assert_eq!(rule.spec.taint.value.as_deref(), Some("Xid79"));
+        let patch = p.node_patch.as_ref().unwrap();
+        assert!(patch.get("spec").is_none(), "no cordon, no node taint: {patch}");
+        let condition = &p.status_patch.as_ref().unwrap()["status"]["conditions"][0];
+        assert_eq!(condition["reason"], "Xid79");
+        let message = condition["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("only GPU 3 (GPU-3) held, by device taints; the node stays schedulable"),
+            "{message}"
+        );
+        assert_eq!(p.events[0].reason, "GPUQuarantined");
+        assert!(p.events[0].message.contains("device-tainted GPU 3 (GPU-3)"), "{}", p.events[0].message);
+        assert_eq!(named(&p), vec!["Xid79"]);
+        assert_eq!(p.gpus_owned, vec!["GPU-3".to_string()]);
+        assert!(p.owns_nothing, "no node breaker place");
+        let q = apply(&node(), &p);
+        let c = claim(&q);
+        assert_eq!(c.state, QuarantineState::GpusQuarantined);
+        assert_eq!(c.gpus[0].rules, vec![device_rules::rule_name("gpu-1", &dev(3))]);
+        let rules = rules_after(&[], &p);
+        assert!(!gpu_plan(&q, &v, &rules, Permit::NotAsked).writes_anything(), "settled: nothing to write");
+    }
+
+    #[test]
+    fn recovery_lets_the_claim_go_and_deletes_the_rule() {
+        let v = holding(&[3], None);
+        let p = gpu_plan(&node(), &v, &[], Permit::Granted);
+        let (q, rules) = (apply(&node(), &p), rules_after(&[], &p));
+        let r = gpu_plan(&q, &well(), &rules, Permit::NotAsked);
+        assert!(matches!(&r.rules[..], [RuleWrite::Delete { uid, .. }] if uid.starts_with("uid-")), "{:?}", r.rules);
+        assert_eq!(
+            r.node_patch.as_ref().unwrap()["metadata"]["annotations"]["gpu-telemetry.io/gpu-health"],
+            Value::Null
+        );
+        let recovered = r.events.iter().find(|e| e.reason == "GPURecovered").unwrap();
+        assert!(
+            recovered.message.contains("GPU 3 (GPU-3): removed DeviceTaintRule gpu-health.gpu-1.gpu-3-"),
+            "{}",
+            recovered.message
+        );
+        assert!(r.gpus_owned.is_empty());
+        let after = (apply(&q, &r), rules_after(&rules, &r));
+        assert!(!gpu_plan(&after.0, &well(), &after.1, Permit::NotAsked).writes_anything());
+    }
+
+    #[test]
+    fn one_gpu_recovering_while_another_stays_lifts_only_its_rule() {
+        let p = gpu_plan(&node(), &holding(&[2], None), &[], Permit::Granted);
+        let (q, rules) = (apply(&node(), &p), rules_after(&[], &p));
+        // GPU 2 recovers as GPU 6 fails: GPU 6 asks for a place, GPU 2's rule goes.
+        let v = holding(&[6], None);
+        assert_eq!(gpu_plan(&q, &v, &rules, Permit::NotAsked).needs_gpu_permit, vec!["GPU-6".to_string()]);
+        let r = gpu_plan(&q, &v, &rules, Permit::Granted);
+        let after = rules_after(&rules, &r);
+        assert_eq!(after.iter().map(|r| r.gpu_index).collect::<Vec<_>>(), vec![6]);
+        assert!(r.events.iter().any(|e| e.reason == "GPURecovered" && e.message.contains("GPU 2 (GPU-2)")));
+        assert_eq!(claim(&apply(&q, &r)).gpus.iter().map(|g| g.index).collect::<Vec<_>>(), vec![6]);
+    }
+
+    #[test]
+    fn a_rule_an_admin_deleted_is_not_put_back() {
+        let v = holding(&[3], None);
+        let p = gpu_plan(&node(), &v, &[], Permit::Granted);
+        let q = apply(&node(), &p);
+        let r = gpu_plan(&q, &v, &[], Permit::NotAsked);
+        assert!(r.rules_missing, "the loop lists again before it believes it");
+        assert!(r.rules.is_empty(), "not created again: {:?}", r.rules);
+        assert_eq!(r.events[0].reason, "GPUQuarantineOverridden");
+        let q = apply(&q, &r);
+        assert!(claim(&q).gpus[0].overridden);
+        assert!(!gpu_plan(&q, &v, &[], Permit::NotAsked).writes_anything(), "told once");
+    }
+
+    #[test]
+    fn a_rule_the_claim_does_not_name_is_adopted_or_deleted() {
+        let v = holding(&[3], None);
+        let p = gpu_plan(&node(), &v, &[], Permit::Granted);
+        let rules = rules_after(&[], &p);
+        // The exporter stopped after the create, before the node patch.
+        let adopted = gpu_plan(&node(), &v, &rules, Permit::NotAsked);
+        assert!(adopted.rules.is_empty() && adopted.needs_gpu_permit.is_empty(), "{adopted:?}");
+        assert_eq!(claim(&apply(&node(), &adopted)).gpus[0].rules.len(), 1);
+        // A rule of a GPU that is not held: left over, deleted.
+        let orphan = gpu_plan(&node(), &holding(&[5], None), &rules, Permit::Granted);
+        assert!(orphan.rules.iter().any(|w| matches!(w, RuleWrite::Delete { name, .. } if name.contains("gpu-3"))));
+    }
+
+    #[test]
+    fn the_taint_value_follows_the_gpus_primary_reason() {
+        let v = holding(&[3], None);
+        let p = gpu_plan(&node(), &v, &[], Permit::Granted);
+        let (q, rules) = (apply(&node(), &p), rules_after(&[], &p));
+        let mut moved = holding(&[3], None);
+        moved.gpus[0].reasons = vec![gpu_reason(3, "Xid62")];
+        moved.gpus[0].reasons[0].needs = Needs::Reboot;
+        moved.reasons = moved.gpus[0].reasons.clone();
+        let r = gpu_plan(&q, &moved, &rules, Permit::NotAsked);
+        assert!(
+            matches!(&r.rules[..], [RuleWrite::SetValue { value, resource_version, .. }] if value == "Xid62" && resource_version == "1"),
+            "{:?}",
+            r.rules
+        );
+        assert!(r.events.iter().any(|e| e.reason == "GPUReasonChanged"));
+    }
+
+    #[test]
+    fn the_gpu_breaker_blocks_with_one_event_and_no_fallback_to_the_node() {
+        let v = holding(&[3], None);
+        let denied = Permit::Denied { quarantined: 4, limit: 4, fleet: 160 };
+        let p = gpu_plan(&node(), &v, &[], denied.clone());
+        assert!(p.rules.is_empty());
+        assert!(p.node_patch.as_ref().unwrap().get("spec").is_none(), "a full GPU breaker never becomes a cordon");
+        assert_eq!(p.events.iter().map(|e| e.reason).collect::<Vec<_>>(), vec!["GPUQuarantineBlocked"]);
+        assert!(
+            p.events[0].message.contains("4 of 160 GPUs are held by device taints (limit 4)"),
+            "{}",
+            p.events[0].message
+        );
+        let q = apply(&node(), &p);
+        assert_eq!(claim(&q).state, QuarantineState::Unhealthy);
+        assert!(!gpu_plan(&q, &v, &[], denied).writes_anything(), "told once");
+    }
+
+    #[test]
+    fn rules_that_could_not_be_listed_hold_the_gpu_plan() {
+        let v = holding(&[3], None);
+        let p = plan_with(&node(), &v, Mode::Enforce, &Permit::NotAsked, &names(), now(), &Devices::default());
+        assert!(p.rules_unknown);
+        assert!(p.rules.is_empty());
+        let granted = gpu_plan(&node(), &v, &[], Permit::Granted);
+        let q = apply(&node(), &granted);
+        let r = plan_with(&q, &well(), Mode::Enforce, &Permit::NotAsked, &names(), now(), &Devices::default());
+        assert!(r.rules_unknown && !r.writes_anything(), "no recovery without deleting the rule: {r:?}");
+    }
+
+    #[test]
+    fn widening_cordons_and_keeps_the_rules_narrowing_lifts_the_cordon() {
+        let p = gpu_plan(&node(), &holding(&[3], None), &[], Permit::Granted);
+        let (q, rules) = (apply(&node(), &p), rules_after(&[], &p));
+        let wide = holding(&[1, 3, 5], Some("3 of 8 GPUs failed"));
+        assert!(gpu_plan(&q, &wide, &rules, Permit::NotAsked).needs_permit, "a cordon asks the node breaker");
+        let w = plan_with(
+            &q,
+            &wide,
+            Mode::Enforce,
+            &Permit::Granted,
+            &names(),
+            now(),
+            &with_rules(&rules, Permit::NotAsked),
+        );
+        assert_eq!(w.node_patch.as_ref().unwrap()["spec"]["unschedulable"], true);
+        assert!(w.rules.is_empty(), "GPU 3's rule stays, no rules for 1 and 5: {:?}", w.rules);
+        let condition =
+            w.status_patch.as_ref().unwrap()["status"]["conditions"][0]["message"].as_str().unwrap().to_string();
+        assert!(condition.starts_with("the whole node is held: 3 of 8 GPUs failed"), "{condition}");
+        let q = apply(&q, &w);
+        assert_eq!(claim(&q).state, QuarantineState::Quarantined);
+        // Down to GPU 1 (the policy narrowed): GPU 1 gets its rule first, then the cordon goes.
+        let narrow = holding(&[1], None);
+        let n1 = gpu_plan(&q, &narrow, &rules, Permit::NotAsked);
+        assert_eq!(n1.needs_gpu_permit, vec!["GPU-1".to_string()]);
+        let n = gpu_plan(&q, &narrow, &rules, Permit::Granted);
+        assert_eq!(n.node_patch.as_ref().unwrap()["spec"]["unschedulable"], Value::Null);
+        assert!(n.events.iter().any(|e| e.reason == "GPUQuarantineNarrowed"), "{:?}", n.events);
+        assert!(n.owns_nothing, "the node's breaker place is given back");
+        let after = rules_after(&rules, &n);
+        assert_eq!(
+            after.iter().map(|r| r.gpu_index).collect::<Vec<_>>(),
+            vec![1],
+            "GPU 3's rule goes with its recovery"
+        );
+    }
+
+    #[test]
+    fn a_device_plugin_node_is_quarantined_whole_and_the_condition_says_why() {
+        let why = "GPU 3 is handed out by a device plugin, which cannot keep a single GPU from the scheduler";
+        let mut v = holding(&[3], Some(why));
+        v.gpus[0].devices.clear();
+        let p = gpu_plan(&node(), &v, &[], Permit::NotAsked);
+        assert!(p.needs_permit);
+        let p = plan_with(&node(), &v, Mode::Enforce, &Permit::Granted, &names(), now(), &Devices::default());
+        assert_eq!(p.node_patch.as_ref().unwrap()["spec"]["unschedulable"], true);
+        assert!(!p.rules_unknown, "no rule wanted");
+        let message =
+            p.status_patch.as_ref().unwrap()["status"]["conditions"][0]["message"].as_str().unwrap().to_string();
+        assert!(message.contains(why), "{message}");
+    }
+
+    #[test]
+    fn dry_run_says_which_gpu_it_would_taint() {
+        let v = holding(&[3], None);
+        let p = plan_with(
+            &node(),
+            &v,
+            Mode::DryRun,
+            &Permit::NotAsked,
+            &names(),
+            now(),
+            &with_rules(&[], Permit::NotAsked),
+        );
+        assert!(p.rules.is_empty());
+        assert!(
+            p.events[0]
+                .message
+                .contains("would device-taint GPU 3 (GPU-3) gpu-telemetry.io/gpu-unhealthy=Xid79:NoSchedule"),
+            "{}",
+            p.events[0].message
+        );
+    }
+
+    #[test]
+    fn a_device_plugin_node_recovers() {
+        let why = "GPU 3 is handed out by a device plugin, which cannot keep a single GPU from the scheduler";
+        let mut v = holding(&[3], Some(why));
+        v.gpus[0].devices.clear();
+        let p = plan_with(&node(), &v, Mode::Enforce, &Permit::Granted, &names(), now(), &Devices::default());
+        let q = apply(&node(), &p);
+        let text = &q.annotations["gpu-telemetry.io/gpu-health"];
+        Claim::parse("k", text).unwrap();
+        let r = plan_with(&q, &well(), Mode::Enforce, &Permit::NotAsked, &names(), now(), &Devices::default());
+        assert!(!r.rules_unknown, "no rule to wait for on a device-plugin node");
+        assert_eq!(r.node_patch.as_ref().unwrap()["spec"]["unschedulable"], Value::Null);
+        assert_eq!(r.events.iter().map(|e| e.reason).collect::<Vec<_>>(), vec!["GPURecovered"]);
+    }
+
+    #[test]
+    fn a_mig_gpu_gets_a_rule_per_device_and_one_place() {
+        let mut v = holding(&[3], None);
+        v.gpus[0].devices.push(DraDevice { device: "gpu-3-mig-1g10gb-0".into(), ..dev(3) });
+        let first = gpu_plan(&node(), &v, &[], Permit::NotAsked);
+        assert_eq!(first.needs_gpu_permit, vec!["GPU-3".to_string()], "one place for the GPU");
+        let p = gpu_plan(&node(), &v, &[], Permit::Granted);
+        assert_eq!(p.rules.len(), 2, "the GPU and its MIG instance: {:?}", p.rules);
+        let rules = rules_after(&[], &p);
+        let q = apply(&node(), &p);
+        assert_eq!(claim(&q).gpus[0].rules.len(), 2);
+        // A MIG instance made later, while the GPU is held, is tainted too, without a new place.
+        v.gpus[0].devices.push(DraDevice { device: "gpu-3-mig-1g10gb-1".into(), ..dev(3) });
+        let later = gpu_plan(&q, &v, &rules, Permit::NotAsked);
+        assert!(later.needs_gpu_permit.is_empty());
+        assert_eq!(later.rules.len(), 1);
     }
 }

@@ -1,0 +1,222 @@
+//! The loop's steps for GPUs held one by one: finding out whether the cluster serves
+//! device taints, taking back what the loop's DeviceTaintRules hold after a restart,
+//! listing them for a plan, writing the plan's rule writes, and the GPU breaker's places.
+//!
+//! Requests per check (figures in `docs/health.md`): a node with no GPU held alone
+//! sends none of these; a node holding a GPU alone lists its rules once per check, by
+//! label selector from the API server's cache (its own one to a few objects); a node
+//! the GPU breaker holds back also reads the GPU breaker's ConfigMap, and lists the GPU
+//! nodes when its kept listing is too old or a place looks free, as for nodes.
+//! Discovery runs once per exporter start (2 requests on a 1.37 cluster).
+
+use std::time::SystemTime;
+
+use gpu_health::device_rules::{RuleView, restored_from_rules};
+use gpu_health::node_state::NodeView;
+use gpu_health::plan::{Mode, Permit, Plan, RuleWrite};
+use gpu_health::policy::{DeviceTaints, Verdict};
+use gpu_health::view::BreakerView;
+
+use crate::breaker::BreakerError;
+use crate::device_rules::{RuleApiError, RuleVersion, Served};
+use crate::{Attempt, HealthLoop, Kube, Result};
+
+impl HealthLoop {
+    /// The version rules are written in, when the cluster serves one.
+    fn rule_version(kube: &Kube) -> Option<RuleVersion> {
+        match kube.rules.served() {
+            Some(Served::Version(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Once: asks which version serves DeviceTaintRules and takes back the GPUs that the
+    /// loop's rules hold and the node's claim does not (the exporter stopped between
+    /// creating a rule and recording it). Returns whether the policy learnt anything; a
+    /// failed request is tried again at the next reconcile.
+    pub(crate) async fn restore_rules(&mut self, kube: &Kube, view: &NodeView) -> bool {
+        let served = match kube.rules.discover().await {
+            Ok(served) => served,
+            Err(e) => {
+                tracing::debug!(node = %self.node, error = %e, "cannot ask about device taints yet; asking later");
+                return false;
+            }
+        };
+        let version = match served {
+            Served::Version(v) => v,
+            Served::None(why) => {
+                tracing::info!(node = %self.node, "{why}: failed GPUs are quarantined with their node");
+                self.policy.set_device_taints(DeviceTaints::Unavailable(why));
+                self.metrics.update(|v| v.device_taints = "none");
+                self.rules_restored = true;
+                return true;
+            }
+        };
+        let listed = match kube.rules.list(version, false).await {
+            Ok(listed) => listed,
+            Err(e) => {
+                tracing::debug!(node = %self.node, error = %e, "cannot list the device taint rules yet; asking later");
+                return false;
+            }
+        };
+        self.policy.set_device_taints(DeviceTaints::Available);
+        self.metrics.update(|v| v.device_taints = version.as_str());
+        self.rules_restored = true;
+        let (ours, damaged) = kube.rules.read(&listed);
+        self.warn_damaged(damaged);
+        let key = self.claim_key();
+        let held: Vec<String> = match view.claim(key) {
+            Some(Ok(claim)) => claim.gpus.iter().filter(|g| !g.rules.is_empty()).map(|g| g.uuid.clone()).collect(),
+            _ => Vec::new(),
+        };
+        let Some(restored) = restored_from_rules(&ours, &held, self.policy.table()) else { return true };
+        let gpus: Vec<String> = restored.gpus.iter().map(|g| format!("GPU {}", g.index)).collect();
+        tracing::info!(
+            node = %self.node,
+            gpus = %gpus.join(", "),
+            "took back GPUs the health loop's DeviceTaintRules hold but its claim did not record"
+        );
+        for note in self.policy.restore(restored) {
+            tracing::info!(node = %self.node, "{note}");
+        }
+        true
+    }
+
+    fn claim_key(&self) -> &str {
+        if self.mode == Mode::DryRun {
+            &self.settings.names.dry_run_annotation
+        } else {
+            &self.settings.names.state_annotation
+        }
+    }
+
+    /// Logs each damaged rule once.
+    fn warn_damaged(&mut self, damaged: Vec<String>) {
+        for why in damaged {
+            if !self.damaged_logged.contains(&why) {
+                tracing::warn!(node = %self.node, "{why}");
+                self.damaged_logged.push(why);
+            }
+        }
+    }
+
+    /// The loop's rules for a plan: listed while the claim or the verdict holds a GPU
+    /// alone (an empty list otherwise: nothing to list); `None` without device taints.
+    /// A listing that failed plans nothing for the rules and returns its error, for the
+    /// reconcile to be retried once the rest is written.
+    pub(crate) async fn rules_for(
+        &mut self,
+        kube: &Kube,
+        view: &NodeView,
+        verdict: &Verdict,
+        fresh: bool,
+    ) -> (Option<Vec<RuleView>>, Option<RuleApiError>) {
+        let Some(version) = Self::rule_version(kube) else { return (None, None) };
+        let claimed = matches!(view.claim(self.claim_key()), Some(Ok(c)) if !c.gpus.is_empty());
+        if !claimed && verdict.gpus.is_empty() {
+            return (Some(Vec::new()), None);
+        }
+        match kube.rules.list(version, fresh).await {
+            Ok(listed) => {
+                let (ours, damaged) = kube.rules.read(&listed);
+                self.warn_damaged(damaged);
+                (Some(ours), None)
+            }
+            Err(e) => (None, Some(e)),
+        }
+    }
+
+    /// The GPU breaker's answer for GPUs that want a place.
+    pub(crate) async fn gpu_permit(
+        &mut self,
+        kube: &Kube,
+        wanted: &[String],
+        now: SystemTime,
+    ) -> (Permit, Option<BreakerError>) {
+        let my_gpus = self.last_obs.as_ref().map_or(0, |o| o.gpus.len()) as u32;
+        match kube.breaker.acquire_gpus(wanted, my_gpus, now).await {
+            Ok(decision) => {
+                let view = BreakerView {
+                    open: !decision.granted,
+                    quarantined: decision.quarantined,
+                    limit: decision.limit,
+                    fleet: decision.fleet,
+                };
+                self.metrics.update(|v| v.gpu_breaker = Some(view));
+                if !decision.granted {
+                    tracing::warn!(
+                        node = %self.node,
+                        held_gpus = decision.quarantined,
+                        limit = decision.limit,
+                        fleet_gpus = decision.fleet,
+                        "GPU circuit breaker open: not tainting this node's GPUs"
+                    );
+                }
+                (decision.permit(), None)
+            }
+            Err(e) => (Permit::Unavailable, Some(e)),
+        }
+    }
+
+    /// Writes the plan's creates and value changes (`deletes` false), or its deletes.
+    /// A 409 asks for another read and plan; a rule the API server will not take makes
+    /// the policy hold the node instead, and the plan is made again.
+    pub(crate) async fn write_rules(
+        &mut self,
+        kube: &Kube,
+        p: &Plan,
+        deletes: bool,
+        now: SystemTime,
+    ) -> Result<Attempt> {
+        let Some(version) = Self::rule_version(kube) else { return Ok(Attempt::Done) };
+        for w in p.rules.iter().filter(|w| matches!(w, RuleWrite::Delete { .. }) == deletes) {
+            let written = match w {
+                RuleWrite::Create(rule) => kube.rules.create(version, rule).await,
+                RuleWrite::SetValue { name, resource_version, value } => {
+                    kube.rules.set_value(version, name, resource_version, value).await
+                }
+                RuleWrite::Delete { name, uid, resource_version } => {
+                    kube.rules.delete(version, name, uid, resource_version).await
+                }
+            };
+            match written {
+                Ok(()) => {}
+                Err(e) if e.is_conflict() => {
+                    tracing::debug!(node = %self.node, error = %e, "a rule changed since it was read; planning again");
+                    return Ok(Attempt::Again);
+                }
+                Err(e) if e.refuses_device_taints() && !deletes => {
+                    self.refuse_device_taints(&e, now);
+                    return Ok(Attempt::Again);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Attempt::Done)
+    }
+
+    /// The API server will not take the loop's device taints: from now on the policy
+    /// holds the node where it would have held a GPU, and says why.
+    fn refuse_device_taints(&mut self, e: &RuleApiError, now: SystemTime) {
+        let why = format!("the Kubernetes API refused the health loop's device taint ({e})");
+        tracing::warn!(node = %self.node, "{why}: failed GPUs are quarantined with their node until the exporter restarts");
+        self.policy.set_device_taints(DeviceTaints::Unavailable(why));
+        self.metrics.update(|v| v.device_taints = "none");
+        self.judge_again(now);
+    }
+
+    /// Gives back this node's GPU places that no rule holds any more.
+    pub(crate) async fn sync_gpu_places(&mut self, kube: &Kube, p: &Plan) -> Result<()> {
+        if self.mode != Mode::Enforce || p.rules_unknown || Self::rule_version(kube).is_none() {
+            return Ok(());
+        }
+        let mut owned = p.gpus_owned.clone();
+        owned.sort();
+        if self.gpu_places.as_ref() == Some(&owned) {
+            return Ok(());
+        }
+        kube.breaker.release_gpus(&owned).await?;
+        self.gpu_places = Some(owned);
+        Ok(())
+    }
+}
