@@ -72,10 +72,19 @@ fn a_dra_node_answers_the_hpa_as_its_device_plugin_twin_does() {
     let ask = |adapter: &StandaloneAdapter, metric: &str| {
         adapter.wait_pods(&format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai/pods/*/{metric}"), pods)
     };
-    let memory = ask(&plugin_adapter, "gpu_memory_used_bytes");
-    assert_eq!(ask(&dra_adapter, "gpu_memory_used_bytes"), memory);
-    let utilization = ask(&plugin_adapter, "gpu_utilization");
-    assert_eq!(ask(&dra_adapter, "gpu_utilization"), utilization);
+    // The DRA node's answers converge once its exporter has synced the ResourceSlice
+    // watch (pods are named earlier, through the pod watch, and look shared until then).
+    let converge = |metric: &str| {
+        let twin = ask(&plugin_adapter, metric);
+        let what = format!("{metric} on the DRA node to equal its twin's {twin:?}");
+        support::node::wait_until_ok(&what, || {
+            let answer = ask(&dra_adapter, metric);
+            if answer == twin { Ok(()) } else { Err(format!("{answer:?}")) }
+        });
+        twin
+    };
+    converge("gpu_memory_used_bytes");
+    let utilization = converge("gpu_utilization");
     // And the figures are the scenario's: whole GPUs their own utilization, the shared
     // GPU split by process, the MIG device its SM activity.
     let expected = [("legacy", "55"), ("llm", "62"), ("serve-a", "25"), ("serve-b", "15"), ("train", "81")];

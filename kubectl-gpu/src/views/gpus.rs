@@ -75,9 +75,8 @@ fn xid_cell(codes: &[u32]) -> Cell {
     if codes.is_empty() {
         return Cell::number(NONE, Some(0.0));
     }
-    let hardware = codes
-        .iter()
-        .any(|c| DEFAULT_TABLE.iter().any(|(x, class, _)| *x == u64::from(*c) && *class != XidClass::Event));
+    let hardware =
+        codes.iter().any(|c| DEFAULT_TABLE.iter().any(|x| x.code == u64::from(*c) && x.class != XidClass::Event));
     let text: Vec<String> = codes.iter().map(u32::to_string).collect();
     Cell::number(text.join(","), Some(codes.len() as f64)).tone(if hardware { Tone::Bad } else { Tone::Warn })
 }

@@ -37,9 +37,17 @@ impl Drop for Killed {
 
 /// Polls `ok` every 100 ms until it holds; fails after 60 s.
 pub fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    wait_until_ok(what, || if ok() { Ok(()) } else { Err(String::new()) });
+}
+
+/// Polls `attempt` every 100 ms until it is `Ok`; fails after 60 s with the last error.
+pub fn wait_until_ok<T>(what: &str, mut attempt: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+    loop {
+        match attempt() {
+            Ok(value) => return value,
+            Err(last) => assert!(Instant::now() < deadline, "timed out waiting for {what}; last seen: {last}"),
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
