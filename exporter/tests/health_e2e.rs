@@ -352,3 +352,89 @@ fn without_a_kubeconfig_the_exporter_serves_and_reports_what_it_would_do() {
     assert_eq!(e.logs().matches("no Kubernetes API configured").count(), 1, "said once");
     assert!(e.metrics().contains("gpu_utilization{"), "still serves GPU metrics");
 }
+
+// ---- per-GPU quarantine on the binary: the shipped DRA node --------------------------
+
+/// The shipped `dra-node` scenario (GPUs 0-2 from NVIDIA's DRA driver, GPU 3 from the
+/// device plugin) with XID 79 on GPU `gpu` at 10 s, named `dra-node` as its DRA pool.
+fn dra_node_with_xid(gpu: usize) -> (Node, Value) {
+    let text = std::fs::read_to_string(common::shipped_scenario("dra-node")).unwrap();
+    let uuid = format!("uuid: GPU-d0000000-0000-4000-8000-00000000000{gpu}");
+    assert!(text.contains(&uuid), "dra-node.yaml has GPU {gpu}");
+    let text = text.replacen(&uuid, &format!("{uuid}, faults: [{{at_s: 10, xid: 79}}]"), 1);
+    let node = Node::new(&text);
+    let scenario = fake_nvml::scenario::Scenario::load(&node.scenario).unwrap();
+    let slices = fake_kubelet::slices::resource_slices(&scenario, "dra-node");
+    (node, serde_json::to_value(slices).unwrap())
+}
+
+/// Ten GPU nodes serving `resource.k8s.io/v1` with DeviceTaintRules; `dra-node` has 4 GPUs.
+fn dra_cluster(slices: Value) -> FakeApi {
+    let api = FakeApi::start();
+    api.serve_resource_api(&["v1"], &["v1"]);
+    api.serve_slices(slices.as_array().unwrap().clone());
+    for (name, gpus) in
+        std::iter::once(("dra-node".to_string(), "4")).chain((2..=10).map(|i| (format!("gpu-{i:02}"), "8")))
+    {
+        let mut node = gpu_node(&name);
+        node["metadata"]["labels"]["nvidia.com/gpu.count"] = json!(gpus);
+        api.add_node(node);
+    }
+    api
+}
+
+/// One GPU of four may be held alone (the default share, one of eight, holds a 4-GPU node whole).
+const ONE_OF_FOUR: [&str; 2] = ["--health.gpu-quarantine.max-fraction", "0.25"];
+
+#[test]
+fn xid_79_on_a_claimed_gpu_of_the_dra_node_taints_that_device_and_never_cordons() {
+    let (node, slices) = dra_node_with_xid(0);
+    let api = dra_cluster(slices);
+    let dir = tempfile::tempdir().unwrap();
+    let e = launch("dra-node", &node, &kubeconfig(&api, &dir), &ONE_OF_FOUR);
+    wait_for(Duration::from_secs(10), || condition(&api.node("dra-node")).as_deref() == Some("True"))
+        .expect("condition GPUHealthy=True after the first check");
+    wait_for(Duration::from_secs(10), || e.value("gpu_exporter_resource_slice_devices", &[]) == Some(4.0))
+        .unwrap_or_else(|| panic!("the slice watch maps the node's DRA devices; logs:\n{}", e.logs()));
+
+    node.set_clock(10.5);
+    wait_for(Duration::from_secs(10), || !api.device_taint_rules().is_empty())
+        .unwrap_or_else(|| panic!("no DeviceTaintRule; logs:\n{}", e.logs()));
+    let rules = api.device_taint_rules();
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    let rule = rules.values().next().unwrap();
+    assert_eq!(
+        rule["spec"]["deviceSelector"],
+        json!({"driver": "gpu.nvidia.com", "pool": "dra-node", "device": "gpu-0"})
+    );
+    assert_eq!(rule["spec"]["taint"]["effect"], "NoSchedule");
+    wait_for(Duration::from_secs(5), || condition(&api.node("dra-node")).as_deref() == Some("False")).unwrap();
+    let n = api.node("dra-node");
+    assert!(n["spec"].get("unschedulable").is_none() && !has_our_taint(&n), "the node stays schedulable: {n}");
+    assert!(!api.writes().iter().any(touches_scheduling), "no cordon and no node taint was ever written");
+    let m = e.metrics();
+    assert_eq!(sample(&m, "gpu_health_gpu_quarantined", &[("gpu", "0")]), Some(1.0));
+    assert_eq!(sample(&m, "gpu_health_gpu_quarantined", &[("gpu", "1")]), Some(0.0));
+    assert_eq!(sample(&m, "gpu_health_node_quarantined", &[]), Some(0.0));
+    api.assert_no_failures();
+}
+
+#[test]
+fn xid_79_on_the_device_plugins_gpu_of_the_same_node_cordons_it_and_says_why() {
+    let (node, slices) = dra_node_with_xid(3);
+    let api = dra_cluster(slices);
+    let dir = tempfile::tempdir().unwrap();
+    let e = launch("dra-node", &node, &kubeconfig(&api, &dir), &ONE_OF_FOUR);
+    wait_for(Duration::from_secs(10), || e.value("gpu_exporter_resource_slice_devices", &[]) == Some(4.0))
+        .unwrap_or_else(|| panic!("the slice watch maps the node's DRA devices; logs:\n{}", e.logs()));
+    node.set_clock(10.5);
+    wait_for(Duration::from_secs(10), || api.node("dra-node")["spec"]["unschedulable"] == true)
+        .unwrap_or_else(|| panic!("not cordoned; logs:\n{}", e.logs()));
+    assert!(api.device_taint_rules().is_empty(), "a device plugin's GPU cannot be tainted alone");
+    wait_for(Duration::from_secs(5), || condition(&api.node("dra-node")).as_deref() == Some("False")).unwrap();
+    let n = api.node("dra-node");
+    let gpu_healthy = n["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "GPUHealthy").unwrap();
+    let message = gpu_healthy["message"].as_str().unwrap_or("");
+    assert!(message.contains("GPU 3 is handed out by a device plugin"), "{message}");
+    api.assert_no_failures();
+}

@@ -175,6 +175,8 @@ struct Cluster {
     rule_versions: Vec<String>,
     /// DeviceTaintRules by name, as stored (apiVersion as last written).
     rules: BTreeMap<String, Value>,
+    /// ResourceSlices served to attribution's watch; `None`: the API answers 404.
+    slices: Option<Vec<Value>>,
 }
 
 impl Cluster {
@@ -300,6 +302,11 @@ impl FakeApi {
         let mut c = self.lock();
         c.resource_versions = group.iter().map(|v| v.to_string()).collect();
         c.rule_versions = rules.iter().map(|v| v.to_string()).collect();
+    }
+
+    /// Serves these ResourceSlices (`resource.k8s.io/v1`) to the exporter's slice watch.
+    pub fn serve_slices(&self, slices: Vec<Value>) {
+        self.lock().slices = Some(slices);
     }
 
     /// Creates a DeviceTaintRule as another client (an admin) would.
@@ -578,32 +585,17 @@ fn serve(c: &mut Cluster, r: &Request, accept: &str) -> Response {
                 )
             }
         }
-        // Attribution's ResourceSlice watch: this cluster has no DRA, as a 1.33 one.
+        // Attribution's ResourceSlice watch: 404 (no DRA, as on a 1.33 cluster) unless
+        // the test serves slices.
         ("GET", ["apis", "resource.k8s.io", "v1", "resourceslices"]) => {
-            status(404, "NotFound", "the server could not find the requested resource")
+            let Some(items) = c.slices.clone() else {
+                return status(404, "NotFound", "the server could not find the requested resource");
+            };
+            let kind = "ResourceSliceList";
+            list_or_quiet_watch(&c, &r.query, &json!({"apiVersion": "resource.k8s.io/v1", "kind": kind}), items)
         }
         ("GET", ["api", "v1", "pods"]) => {
-            let watch = query_param(&r.query, "watch").is_some_and(|w| w == "true" || w == "1");
-            if !watch {
-                let rv = c.resource_version.to_string();
-                return ok(
-                    &json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": rv}, "items": []}),
-                );
-            }
-            // No pod ever changes: the watch stays open until its timeout or the server stops.
-            let seconds = query_param(&r.query, "timeoutSeconds").and_then(|t| t.parse().ok()).unwrap_or(290);
-            let mut closing = c.closing.clone().unwrap();
-            let end = async move {
-                tokio::select! {
-                    _ = closing.wait_for(|c| *c) => {}
-                    () = tokio::time::sleep(Duration::from_secs(seconds)) => {}
-                }
-                Ok::<_, std::convert::Infallible>(Bytes::new())
-            };
-            Response::builder()
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(axum::body::Body::from_stream(futures::stream::once(end)))
-                .unwrap()
+            list_or_quiet_watch(&c, &r.query, &json!({"apiVersion": "v1", "kind": "PodList"}), Vec::new())
         }
         ("GET", ["api", "v1", "nodes", name]) => match c.nodes.get(*name) {
             Some(n) => ok(n),
@@ -836,6 +828,31 @@ fn serve_rule(c: &mut Cluster, r: &Request, version: &str, name: &str) -> Respon
         }
         _ => status(405, "MethodNotAllowed", "not on a rule"),
     }
+}
+
+/// A list of `items`, or a watch on which nothing ever changes: it stays open until its
+/// timeout or the server stops.
+fn list_or_quiet_watch(c: &Cluster, query: &str, list: &Value, items: Vec<Value>) -> Response {
+    let watch = query_param(query, "watch").is_some_and(|w| w == "true" || w == "1");
+    if !watch {
+        let mut list = list.clone();
+        list["metadata"] = json!({"resourceVersion": c.resource_version.to_string()});
+        list["items"] = json!(items);
+        return ok(&list);
+    }
+    let seconds = query_param(query, "timeoutSeconds").and_then(|t| t.parse().ok()).unwrap_or(290);
+    let mut closing = c.closing.clone().unwrap();
+    let end = async move {
+        tokio::select! {
+            _ = closing.wait_for(|c| *c) => {}
+            () = tokio::time::sleep(Duration::from_secs(seconds)) => {}
+        }
+        Ok::<_, std::convert::Infallible>(Bytes::new())
+    };
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(axum::body::Body::from_stream(futures::stream::once(end)))
+        .unwrap()
 }
 
 /// Applies a node patch: strategic merge (conditions merged by type, other lists
