@@ -592,10 +592,10 @@ fn serve(c: &mut Cluster, r: &Request, accept: &str) -> Response {
                 return status(404, "NotFound", "the server could not find the requested resource");
             };
             let kind = "ResourceSliceList";
-            list_or_quiet_watch(&c, &r.query, &json!({"apiVersion": "resource.k8s.io/v1", "kind": kind}), items)
+            list_or_quiet_watch(c, &r.query, &json!({"apiVersion": "resource.k8s.io/v1", "kind": kind}), items)
         }
         ("GET", ["api", "v1", "pods"]) => {
-            list_or_quiet_watch(&c, &r.query, &json!({"apiVersion": "v1", "kind": "PodList"}), Vec::new())
+            list_or_quiet_watch(c, &r.query, &json!({"apiVersion": "v1", "kind": "PodList"}), Vec::new())
         }
         ("GET", ["api", "v1", "nodes", name]) => match c.nodes.get(*name) {
             Some(n) => ok(n),
