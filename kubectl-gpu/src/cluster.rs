@@ -45,6 +45,10 @@ pub struct NodeHealth {
     pub opted_out: bool,
     /// The claim annotation is there but unreadable.
     pub claim_error: Option<String>,
+    /// GPUs the loop holds alone by device taints (per the claim), by index.
+    pub held_gpus: Vec<u32>,
+    /// The circuit breaker refused a GPU's place (per the claim).
+    pub gpu_breaker_open: bool,
 }
 
 /// A node, as the views need it.
@@ -117,6 +121,8 @@ pub fn node_info(node: &Node, names: &Names) -> NodeInfo {
         dry_run,
         opted_out: view.labels.get(&names.opt_out_label).is_some_and(|v| v == "true"),
         claim_error,
+        held_gpus: claim.iter().flat_map(|c| &c.gpus).filter(|g| !g.blocked).map(|g| g.index).collect(),
+        gpu_breaker_open: claim.iter().flat_map(|c| &c.gpus).any(|g| g.blocked),
     };
     NodeInfo {
         name: view.name.clone(),
@@ -238,6 +244,22 @@ mod tests {
         assert_eq!(info.health.taint.as_deref(), Some("Xid79"));
         assert_eq!(info.health.state, Some(QuarantineState::Quarantined));
         assert!(!info.health.breaker_open);
+    }
+
+    #[test]
+    fn gpus_held_by_device_taints_are_read_from_the_claim() {
+        let claim = r#"{"state":"gpus-quarantined","since":"2026-01-01T00:00:00Z","reasons":[],"applied":{"cordon":false},
+            "gpus":[{"index":3,"uuid":"GPU-3","since":"2026-01-01T00:00:00Z","rules":["gpu-health.gpu-4.gpu-3-ab12"]},
+                    {"index":5,"uuid":"GPU-5","since":"2026-01-01T00:00:00Z","blocked":true}]}"#;
+        let n = node(json!({
+            "metadata": {"name": "gpu-4", "annotations": {"gpu-telemetry.io/gpu-health": claim}},
+            "status": {"conditions": [{"type": "GPUHealthy", "status": "False", "reason": "Xid79", "message": "only GPU 3 held"}]}
+        }));
+        let info = node_info(&n, &names());
+        assert_eq!(info.health.state, Some(QuarantineState::GpusQuarantined));
+        assert_eq!(info.health.held_gpus, vec![3], "GPU 5's place was refused: not held");
+        assert!(info.health.gpu_breaker_open);
+        assert!(!info.unschedulable && info.cordoned_by.is_none());
     }
 
     #[test]

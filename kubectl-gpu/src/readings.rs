@@ -53,6 +53,7 @@ pub const FAMILIES: &[&str] = &[
     "gpu_health_node_quarantined",
     "gpu_health_breaker_open",
     "gpu_health_node_reason_info",
+    "gpu_health_gpu_quarantined",
 ];
 
 /// Why a page could not be read.
@@ -112,6 +113,8 @@ pub struct Gpu {
     pub up: Option<bool>,
     pub lost: bool,
     pub stale: bool,
+    /// Held alone by the health loop's device taints (`gpu_health_gpu_quarantined`).
+    pub held: bool,
     pub utilization: Option<f64>,
     pub memory_used_bytes: Option<f64>,
     pub memory_total_bytes: Option<f64>,
@@ -212,7 +215,9 @@ pub fn from_samples(samples: &[Sample]) -> NodeReadings {
     }
     let mut holders: BTreeMap<DeviceKey, BTreeMap<(String, String), Holder>> = BTreeMap::new();
     for s in samples {
-        let node_wide = s.name.starts_with("gpu_exporter_") || s.name.starts_with("gpu_health_");
+        // The health loop's families are the node's, except the per-GPU hold.
+        let node_wide = s.name.starts_with("gpu_exporter_")
+            || (s.name.starts_with("gpu_health_") && s.name != "gpu_health_gpu_quarantined");
         if node_wide {
             node_sample(&mut node, s);
         } else if let Some(key) = device_key(s) {
@@ -263,6 +268,7 @@ fn gpu_sample(gpu: &mut Gpu, s: &Sample) {
     let v = Some(s.value).filter(|v| !v.is_nan());
     match s.name.as_str() {
         "gpu_up" => gpu.up = v.map(flag),
+        "gpu_health_gpu_quarantined" => gpu.held = v.is_some_and(flag),
         "gpu_lost" => gpu.lost = v.is_some_and(flag),
         "gpu_collection_stale" => gpu.stale = v.is_some_and(flag),
         "gpu_utilization" => gpu.utilization = v,
@@ -413,6 +419,8 @@ gpu_health_node_healthy{node="n"} 0
 gpu_health_node_reason_info{node="n",gpu="1",reason="Xid79",needs="reset"} 1
 gpu_health_node_reason_info{node="n",gpu="1",reason="GpuLost",needs="nothing"} 1
 gpu_temperature_celsius{node="n",gpu="0",uuid="GPU-0"} NaN
+gpu_health_gpu_quarantined{node="n",gpu="0",uuid="GPU-0",model="m"} 0
+gpu_health_gpu_quarantined{node="n",gpu="1",uuid="GPU-1",model="m"} 1
 other_family{a="b"} 3
 "#;
 
@@ -447,6 +455,7 @@ other_family{a="b"} 3
         assert_eq!(node.nvml_up, Some(true));
         assert_eq!(node.health.healthy, Some(false));
         assert_eq!(node.health.reasons, ["GpuLost", "Xid79"]);
+        assert_eq!((g0.held, g1.held), (false, true), "gpu_health_gpu_quarantined is per GPU");
     }
 
     #[test]

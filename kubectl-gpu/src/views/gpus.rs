@@ -8,6 +8,8 @@
 //!   reset). REMAP: remapped rows correctable/uncorrectable, then `pending` or `failed`.
 //! - XID(1H): codes whose last event was in the hour before the read; the counts in
 //!   `-o json` are since the exporter started.
+//! - DEVICE: the model, with `(lost)`, `(held)` (the health loop keeps the GPU alone
+//!   from the scheduler by DRA device taints), `(stale)` or `(MIG)`.
 //! - POD: the holder (`namespace/pod`), `N pods` on a shared device (`-o wide` names
 //!   them), `-` when nobody holds it.
 
@@ -114,6 +116,10 @@ fn gpu_row(node: &str, gpu: &Gpu, now: f64) -> (Vec<Cell>, Value) {
     if gpu.lost {
         device.push_str(" (lost)");
         tone = Tone::Bad;
+    } else if gpu.held {
+        // Kept from the scheduler alone by the health loop's DRA device taints.
+        device.push_str(" (held)");
+        tone = Tone::Bad;
     } else if gpu.stale {
         device.push_str(" (stale)");
         tone = Tone::Bad;
@@ -156,7 +162,7 @@ fn gpu_row(node: &str, gpu: &Gpu, now: f64) -> (Vec<Cell>, Value) {
     let item = json!({
         "node": node, "gpu": gpu.index, "id": gpu.index.to_string(), "kind": "gpu",
         "model": gpu.model, "uuid": gpu.uuid, "migEnabled": mig,
-        "up": gpu.up, "lost": gpu.lost, "stale": gpu.stale,
+        "up": gpu.up, "lost": gpu.lost, "stale": gpu.stale, "heldByDeviceTaints": gpu.held,
         "utilizationPercent": opt(gpu.utilization),
         "memoryUsedBytes": opt(gpu.memory_used_bytes), "memoryTotalBytes": opt(gpu.memory_total_bytes),
         "powerWatts": opt(gpu.power_watts), "powerLimitWatts": opt(gpu.power_limit_watts),

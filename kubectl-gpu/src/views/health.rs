@@ -6,8 +6,10 @@
 //!   exporter's own verdict (`gpu_health_node_healthy`), and `-` when neither says.
 //! - `Quarantined(<reason>)`: the loop holds a cordon or its taint (its claim says
 //!   `quarantined`); the reason is the taint's value, the primary reason.
+//! - `GPUsHeld(<indexes>:<reason>)`: the loop keeps only those GPUs from the scheduler, by DRA
+//!   device taints; the node stays schedulable (its claim says `gpus-quarantined`).
 //! - `BreakerOpen`: the circuit breaker held the quarantine back (the claim's `blocked`,
-//!   or `gpu_health_breaker_open` from the exporter).
+//!   or `gpu_health_breaker_open` from the exporter); `GPUBreakerOpen` for a GPU's place.
 //! - `Cordoned(by <who>)`: `spec.unschedulable`, with who set it ([`crate::cluster`]).
 //! - `DryRun(<intended>)`, `OptedOut`, `BadClaim` (the claim annotation does not parse).
 
@@ -35,8 +37,14 @@ pub fn cell(info: &NodeInfo, readings: Option<&NodeReadings>) -> Cell {
     let mut parts: Vec<(String, Tone)> = Vec::new();
     let reason = h.taint.clone().filter(|t| !t.is_empty()).or_else(|| h.reason.clone());
     let quarantined = h.state == Some(QuarantineState::Quarantined);
+    let held = (!h.held_gpus.is_empty()).then(|| {
+        let indexes: Vec<String> = h.held_gpus.iter().map(u32::to_string).collect();
+        let why = reason.as_deref().map(|r| format!(":{r}")).unwrap_or_default();
+        (format!("GPUsHeld({}{why})", indexes.join(",")), Tone::Warn)
+    });
     match h.condition.as_deref() {
         _ if quarantined => parts.push((format!("Quarantined({})", reason.unwrap_or_default()), Tone::Bad)),
+        _ if held.is_some() => parts.extend(held),
         Some("True") => parts.push(("Healthy".into(), Tone::Good)),
         Some("False") => parts.push((format!("Unhealthy({})", reason.unwrap_or_default()), Tone::Bad)),
         Some(other) => parts.push((format!("GPUHealthy={other}"), Tone::Warn)),
@@ -51,6 +59,9 @@ pub fn cell(info: &NodeInfo, readings: Option<&NodeReadings>) -> Cell {
     }
     if h.breaker_open || loop_health.and_then(|l| l.breaker_open) == Some(true) {
         parts.push(("BreakerOpen".into(), Tone::Bad));
+    }
+    if h.gpu_breaker_open {
+        parts.push(("GPUBreakerOpen".into(), Tone::Bad));
     }
     if let Some(by) = &info.cordoned_by {
         parts.push((format!("Cordoned(by {by})"), Tone::Warn));
@@ -82,6 +93,8 @@ pub fn json(info: &NodeInfo, readings: Option<&NodeReadings>) -> Value {
         "message": h.message,
         "quarantined": h.state == Some(QuarantineState::Quarantined),
         "quarantineReason": h.taint,
+        "heldGpus": h.held_gpus,
+        "gpuBreakerOpen": h.gpu_breaker_open,
         "claimState": h.state.map(|s| s.as_str()),
         "cordoned": info.unschedulable,
         "cordonedBy": info.cordoned_by,
@@ -139,6 +152,26 @@ mod tests {
         let dry =
             NodeHealth { dry_run: vec!["cordon".into(), "taint".into()], opted_out: true, ..NodeHealth::default() };
         assert_eq!(cell(&info(dry, None), None).text, "DryRun(cordon+taint),OptedOut");
+    }
+
+    #[test]
+    fn gpus_held_by_device_taints_name_their_indexes_and_the_node_stays_schedulable() {
+        let held = NodeHealth {
+            condition: Some("False".into()),
+            reason: Some("Xid79".into()),
+            state: Some(QuarantineState::GpusQuarantined),
+            held_gpus: vec![3, 5],
+            gpu_breaker_open: true,
+            ..NodeHealth::default()
+        };
+        let i = info(held, None);
+        let c = cell(&i, None);
+        assert_eq!((c.text.as_str(), c.tone), ("GPUsHeld(3,5:Xid79),GPUBreakerOpen", Tone::Bad));
+        let j = json(&i, None);
+        assert_eq!(
+            (j["heldGpus"].clone(), j["gpuBreakerOpen"].clone(), j["quarantined"].clone()),
+            (json!([3, 5]), json!(true), json!(false))
+        );
     }
 
     #[test]
