@@ -109,12 +109,12 @@ pub struct Args {
         long = "log.level",
         env = "GPU_EXPORTER_LOG_LEVEL",
         default_value = "info",
-        value_parser = crate::logging::parse_log_filter
+        value_parser = logging::parse_log_filter
     )]
-    pub log_level: tracing_subscriber::filter::Targets,
+    pub log_level: logging::LogFilter,
 
     #[arg(long = "log.format", env = "GPU_EXPORTER_LOG_FORMAT", value_enum, default_value = "text")]
-    pub log_format: crate::logging::LogFormat,
+    pub log_format: logging::LogFormat,
 
     /// How long in-flight scrapes (and the collector) may take to finish after SIGTERM,
     /// 0s to 2m (0s: stop at once). The kubelet kills the pod at the end of its grace

@@ -23,7 +23,6 @@ pub mod config;
 pub mod exposition;
 pub mod health;
 pub mod kube_config;
-pub mod logging;
 pub mod nvml;
 pub mod process_memory;
 pub mod render;

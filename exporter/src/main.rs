@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 fn main() -> ExitCode {
     gpu_exporter::process_memory::tune_allocator();
     let args = Args::parse();
-    gpu_exporter::logging::init(args.log_level.clone(), args.log_format);
+    logging::init(args.log_level.clone(), args.log_format);
     if let Err(e) = args.validate() {
         tracing::error!("invalid configuration: {e}");
         eprintln!("gpu-exporter: {e}");

@@ -24,6 +24,13 @@ fn a_malformed_duration_is_refused() {
 }
 
 #[test]
+fn a_log_level_that_is_no_level_is_refused() {
+    let (code, stderr) = run(&["--log.level", "info,gpu_exporter=loud"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("--log.level") && stderr.contains("\"loud\" is not a level"), "{stderr}");
+}
+
+#[test]
 fn a_bad_listen_address_is_refused() {
     let (code, stderr) = run(&["--web.listen-address", "nowhere"]);
     assert_eq!(code, Some(2));

@@ -11,10 +11,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Logs go to stderr, quiet by default; KUBECTL_GPU_LOG=debug shows every request.
     // kube logs every error answer itself; the command reports them once, in its words.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KUBECTL_GPU_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client::client::builder=off"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
+    // The filter syntax is the exporter's and the adapter's --log.level.
+    const QUIET: &str = "warn,kube_client::client::builder=off";
+    let asked = std::env::var("KUBECTL_GPU_LOG").unwrap_or_else(|_| QUIET.to_string());
+    let filter = logging::parse_log_filter(&asked).unwrap_or_else(|e| {
+        eprintln!("warning: KUBECTL_GPU_LOG {e}; logging warnings only");
+        logging::parse_log_filter(QUIET).unwrap_or_default()
+    });
+    logging::init(filter, logging::LogFormat::Text);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {

@@ -1,15 +1,19 @@
-//! The exporter's log filter and subscriber.
+//! The one logging setup of the project's binaries (gpu-exporter, gpu-metrics-adapter,
+//! kubectl-gpu): the log filter syntax and the subscriber each installs.
 //!
 //! `--log.level` takes a level (`error`, `warn`, `info`, `debug`, `trace`, `off`) or
 //! comma-separated `target=level` pairs with an optional bare default level, e.g.
 //! `info,gpu_exporter::health=debug`. It is read into `tracing_subscriber`'s `Targets`,
 //! not `EnvFilter`: `EnvFilter` builds its directives with regex and aho-corasick at
-//! start, which kept about 0.4 MiB of their code resident in a process that logs a
-//! few lines a minute (docs/benchmarks.md, "Exporter memory"). `EnvFilter`'s span and
-//! field filters were never documented for the exporter. A value that is not a level
+//! start, which kept about 0.4 MiB of their code resident in the exporter, a process that
+//! logs a few lines a minute (docs/benchmarks.md, "Exporter memory"). `EnvFilter`'s span
+//! and field filters were never documented for any binary. A value that is not a level
 //! or such a pair is refused at start, not read as a target name that matches nothing.
 
 use tracing_subscriber::filter::{LevelFilter, Targets};
+
+/// A parsed `--log.level`: a default level and per-target levels.
+pub type LogFilter = Targets;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
