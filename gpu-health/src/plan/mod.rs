@@ -419,17 +419,7 @@ fn plan_narrow(s: &Scene, c: &mut Claim, text: &Wording, out: &mut Plan, writes:
         return false;
     }
     let (node, names) = (s.node, s.names);
-    let mut lifted = Vec::new();
-    if c.applied.cordon {
-        writes.unschedulable = Some(false);
-        out.actions.push("uncordon");
-        lifted.push("uncordoned".to_string());
-    }
-    if c.applied.taint.is_some() && node.taint(&names.taint_key).is_some() {
-        writes.taints = Some(node.taints.iter().filter(|t| t.key != names.taint_key).cloned().collect());
-        out.actions.push("untaint");
-        lifted.push(format!("removed taint {}", names.taint_key));
-    }
+    let lifted = lift_node_actions(c, node, names, writes, out);
     c.applied = Applied::default();
     let held: Vec<String> = s.verdict.gpus.iter().map(|g| format!("GPU {} ({})", g.index, g.uuid)).collect();
     out.events.push(EventSpec {
@@ -636,17 +626,7 @@ fn plan_lift(s: &Scene, c: &Claim, out: &mut Plan, writes: &mut SpecWrites, gpus
         });
         return;
     }
-    let mut lifted = Vec::new();
-    if c.applied.cordon {
-        writes.unschedulable = Some(false);
-        out.actions.push("uncordon");
-        lifted.push("uncordoned".to_string());
-    }
-    if c.applied.taint.is_some() && node.taint(&names.taint_key).is_some() {
-        writes.taints = Some(node.taints.iter().filter(|t| t.key != names.taint_key).cloned().collect());
-        out.actions.push("untaint");
-        lifted.push(format!("removed taint {}", names.taint_key));
-    }
+    let mut lifted = lift_node_actions(c, node, names, writes, out);
     lifted.extend(gpus_lifted.iter().cloned());
     let kept = if node.unschedulable && !c.applied.cordon {
         "; the node stays cordoned: that cordon is not the health loop's"
@@ -766,6 +746,29 @@ fn plan_condition(
             }]
         }
     }));
+}
+
+/// Plans lifting what the claim says the loop applied to the Node (its cordon, its
+/// taint while the Node still has it); returns what was lifted, in Event words.
+fn lift_node_actions(
+    c: &Claim,
+    node: &NodeView,
+    names: &Names,
+    writes: &mut SpecWrites,
+    out: &mut Plan,
+) -> Vec<String> {
+    let mut lifted = Vec::new();
+    if c.applied.cordon {
+        writes.unschedulable = Some(false);
+        out.actions.push("uncordon");
+        lifted.push("uncordoned".to_string());
+    }
+    if c.applied.taint.is_some() && node.taint(&names.taint_key).is_some() {
+        writes.taints = Some(node.taints.iter().filter(|t| t.key != names.taint_key).cloned().collect());
+        out.actions.push("untaint");
+        lifted.push(format!("removed taint {}", names.taint_key));
+    }
+    lifted
 }
 
 #[cfg(test)]
