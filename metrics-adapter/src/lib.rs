@@ -18,6 +18,7 @@
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod catalog;
 pub mod certs;
 pub mod config;
 pub mod http_client;

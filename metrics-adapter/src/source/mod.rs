@@ -12,6 +12,7 @@ pub mod prometheus;
 
 use std::sync::Arc;
 
+use crate::catalog::Catalog;
 use crate::selector::Selector;
 
 /// Which objects of a resource a request is about.
@@ -90,33 +91,13 @@ pub enum Error {
 /// Result alias for this module.
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// How an object of a resource is described in `describedObject`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourceInfo {
-    /// Kind (`Pod`).
-    pub kind: String,
-    /// `apiVersion` as Go adapters write it: `group/version`, so `/v1` for the core group.
-    pub api_version: String,
-    /// Whether objects live in namespaces.
-    pub namespaced: bool,
-}
+pub use crate::catalog::ResourceInfo;
 
-/// Well-known resources. Others need `kind`/`apiVersion` in a rule.
+/// How the well-known resources are described (the built-in catalog). Others need
+/// `kind`/`apiVersion` in a rule, or the cluster's catalog.
 pub fn builtin_resource(resource: &str) -> Option<ResourceInfo> {
-    let (kind, api_version, namespaced) = match resource {
-        "pods" => ("Pod", "/v1", true),
-        "nodes" => ("Node", "/v1", false),
-        "namespaces" => ("Namespace", "/v1", false),
-        "services" => ("Service", "/v1", true),
-        "deployments.apps" => ("Deployment", "apps/v1", true),
-        "statefulsets.apps" => ("StatefulSet", "apps/v1", true),
-        "replicasets.apps" => ("ReplicaSet", "apps/v1", true),
-        "daemonsets.apps" => ("DaemonSet", "apps/v1", true),
-        "jobs.batch" => ("Job", "batch/v1", true),
-        "ingresses.networking.k8s.io" => ("Ingress", "networking.k8s.io/v1", true),
-        _ => return None,
-    };
-    Some(ResourceInfo { kind: kind.into(), api_version: api_version.into(), namespaced })
+    static BUILTIN: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
+    BUILTIN.get_or_init(Catalog::builtin).by_path_name(resource).map(crate::catalog::Entry::info)
 }
 
 #[cfg(test)]

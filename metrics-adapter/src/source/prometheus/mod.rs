@@ -3,6 +3,7 @@
 //! Thanos, Mimir), with a deadline and a response size cap. A slow, failing or unreachable
 //! Prometheus is an error (503) for that read, never a zero.
 
+pub mod adapter;
 pub mod rules;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
