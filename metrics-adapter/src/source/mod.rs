@@ -59,6 +59,9 @@ pub struct Request<'a> {
     pub metric: &'a str,
     /// `metricLabelSelector`.
     pub metric_selector: &'a Selector,
+    /// How many objects a label selector chose `objects` among (the resource's objects in
+    /// the namespace), when one did.
+    pub among: Option<usize>,
 }
 
 /// One object's value.
@@ -86,6 +89,9 @@ pub enum Error {
     /// The backing system answered something a rule cannot use (500).
     #[error("{0}")]
     Internal(String),
+    /// The rule is wrong: Prometheus refused its query (500, saying so).
+    #[error("{0}")]
+    Config(String),
 }
 
 /// Result alias for this module.
@@ -96,8 +102,13 @@ pub use crate::catalog::ResourceInfo;
 /// How the well-known resources are described (the built-in catalog). Others need
 /// `kind`/`apiVersion` in a rule, or the cluster's catalog.
 pub fn builtin_resource(resource: &str) -> Option<ResourceInfo> {
+    builtin_catalog().by_path_name(resource).map(crate::catalog::Entry::info)
+}
+
+/// The built-in catalog, made once.
+pub fn builtin_catalog() -> &'static Catalog {
     static BUILTIN: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
-    BUILTIN.get_or_init(Catalog::builtin).by_path_name(resource).map(crate::catalog::Entry::info)
+    BUILTIN.get_or_init(Catalog::builtin)
 }
 
 #[cfg(test)]
@@ -172,6 +183,29 @@ impl Sources {
                 Some(p) => p.query(req).await,
                 None => Ok(Vec::new()),
             },
+        }
+    }
+
+    /// Whether `external.metrics.k8s.io` is served (external rules are configured).
+    pub fn external_served(&self) -> bool {
+        self.prometheus.as_ref().is_some_and(|p| p.has_external())
+    }
+
+    /// The external metrics to list in discovery now, sorted.
+    pub fn external_listed(&self) -> Vec<String> {
+        self.prometheus.as_ref().map(|p| p.external_listed()).unwrap_or_default()
+    }
+
+    /// Reads an external metric: `None` when no rule found it.
+    pub async fn external(
+        &self,
+        namespace: &str,
+        metric: &str,
+        selector: &Selector,
+    ) -> Result<Option<Vec<prometheus::read::ExternalValue>>> {
+        match &self.prometheus {
+            Some(p) => p.external(namespace, metric, selector).await,
+            None => Ok(None),
         }
     }
 
