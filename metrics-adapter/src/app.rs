@@ -97,7 +97,19 @@ fn read_token(path: Option<&Path>, flag: &str) -> Result<Option<String>> {
     .transpose()
 }
 
-async fn kube_client(args: &Args) -> Result<kube::Client> {
+/// The Kubernetes client, and a second one without the client's retries of 503 for API
+/// discovery: an aggregated API that is down answers 503 for minutes, and the retries
+/// would hold up the other requests.
+async fn kube_clients(args: &Args) -> Result<(kube::Client, kube::Client)> {
+    let config = kube_config(args).await?;
+    let mut discovery = config.clone();
+    discovery.default_retry = false;
+    let client = kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))?;
+    let discovery = kube::Client::try_from(discovery).map_err(|e| Error::Kube(e.to_string()))?;
+    Ok((client, discovery))
+}
+
+async fn kube_config(args: &Args) -> Result<kube::Config> {
     let config = match args.effective_kubeconfig() {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?;
@@ -109,7 +121,7 @@ async fn kube_client(args: &Args) -> Result<kube::Client> {
             Error::Kube(format!("{e} (run in a cluster, pass --kubeconfig, or use --standalone for development)"))
         })?,
     };
-    kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
+    Ok(config)
 }
 
 /// The cross-checks between flags that clap's per-flag ranges cannot make, before any
@@ -259,7 +271,8 @@ fn prometheus_client(args: &Args, url: &str) -> Result<(prometheus::client::Conf
     Ok((cfg, http))
 }
 
-/// The Prometheus source, when both `--prometheus-url` and the rules file are given: a
+/// The Prometheus source, when both `--prometheus-url` and the rules file are given
+/// (`client` reads API discovery): a
 /// project-format rule may not shadow a metric the direct source serves; a
 /// prometheus-adapter configuration is compiled against the cluster's catalog and
 /// relisted once before serving, which refuses rules Prometheus rejects.
@@ -418,12 +431,17 @@ impl App {
     /// Validates the configuration, connects what must be connected and binds the port.
     pub async fn build(args: &Args) -> Result<Self> {
         check_flags(args)?;
-        let client = if args.standalone { None } else { Some(kube_client(args).await?) };
+        let (client, discovery) = if args.standalone {
+            (None, None)
+        } else {
+            let (c, d) = kube_clients(args).await?;
+            (Some(c), Some(d))
+        };
         let mut tasks: Vec<TaskFactory> = Vec::new();
         let mut ready_checks: Vec<ReadyCheck> = Vec::new();
 
         let direct = direct_source(args, client.as_ref(), &mut tasks, &mut ready_checks)?;
-        let prometheus = prometheus_source(args, direct.is_some(), client.as_ref(), &mut tasks).await?;
+        let prometheus = prometheus_source(args, direct.is_some(), discovery.as_ref(), &mut tasks).await?;
         if direct.is_none() && prometheus.is_none() {
             return Err(Error::Config("no source: enable --direct-source or give --prometheus-url".into()));
         }

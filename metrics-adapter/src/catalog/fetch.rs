@@ -1,9 +1,10 @@
 //! Reads the cluster's catalog from the API server's discovery documents: `/api/v1`, then
 //! `/apis` and each group's preferred version, in the order the API server lists them (the
-//! order the catalog resolves names in). A group whose document cannot be read (an
-//! aggregated API that is down) is left out with a warning, as client-go's discovery
-//! does; the metrics groups are not read at all (they list metrics, not resources, and
-//! one of them is this adapter).
+//! order the catalog resolves names in). A group whose document cannot be read within
+//! half the deadline (an aggregated API that is down answers 503, which the client
+//! retries) is left out with a warning, as client-go's discovery does; the metrics groups
+//! are not read at all (they list metrics, not resources, and one of them is this
+//! adapter).
 
 use std::time::Duration;
 
@@ -31,18 +32,19 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Groups that list metrics rather than resources.
 const SKIPPED_GROUPS: [&str; 3] = ["metrics.k8s.io", "custom.metrics.k8s.io", "external.metrics.k8s.io"];
 
-/// Reads the catalog, within `timeout` overall.
-pub async fn fetch(client: &kube::Client, timeout: Duration) -> Result<Catalog> {
-    tokio::time::timeout(timeout, read(client)).await.map_err(|_| Error::Timeout(timeout))?
+async fn within<T>(timeout: Duration, what: &str, f: impl Future<Output = kube::Result<T>>) -> Result<T> {
+    match tokio::time::timeout(timeout, f).await {
+        Err(_) => Err(Error::Timeout(timeout)),
+        Ok(Err(e)) => Err(Error::Request { what: what.to_owned(), reason: e.to_string() }),
+        Ok(Ok(v)) => Ok(v),
+    }
 }
 
-async fn read(client: &kube::Client) -> Result<Catalog> {
-    let fail = |what: &str| {
-        let what = what.to_owned();
-        move |e: kube::Error| Error::Request { what: what.clone(), reason: e.to_string() }
-    };
-    let core = client.list_core_api_resources("v1").await.map_err(fail("/api/v1"))?;
-    let groups = client.list_api_groups().await.map_err(fail("/apis"))?;
+/// Reads the catalog: the core group and the group list within `timeout` each, every
+/// group's document within half of it.
+pub async fn fetch(client: &kube::Client, timeout: Duration) -> Result<Catalog> {
+    let core = within(timeout, "/api/v1", client.list_core_api_resources("v1")).await?;
+    let groups = within(timeout, "/apis", client.list_api_groups()).await?;
     let versions: Vec<String> = groups
         .groups
         .iter()
