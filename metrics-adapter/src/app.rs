@@ -448,7 +448,8 @@ impl App {
         let labels = client.as_ref().map(|c| object_labels(c, &mut tasks, &mut ready_checks));
         let (authn, authz) = authentication(args, client.as_ref(), &mut tasks, &mut ready_checks).await?;
 
-        let serving = serving_certificate(args, client.as_ref(), &mut tasks, &mut ready_checks).await?;
+        let external = prometheus.as_ref().is_some_and(|p| p.has_external());
+        let serving = serving_certificate(args, client.as_ref(), external, &mut tasks, &mut ready_checks).await?;
         let tls = server::tls(serving, &protocols(args)?)?;
 
         let addr = SocketAddr::new(args.bind_address, args.secure_port);
@@ -549,12 +550,21 @@ fn cert_dir_pair(dir: &Path, hosts: &[&str]) -> Result<(std::path::PathBuf, std:
     Ok((cert, key))
 }
 
+/// The APIServices whose `caBundle` the adapter keeps: those of `--tls-ca-bundle-apiservices`
+/// for the groups it serves. `external.metrics.k8s.io` is served only with external rules,
+/// and its APIService is installed only with them (deploy/components/adapter-external-metrics),
+/// so without them it is left alone rather than waited for.
+pub fn ca_bundle_apiservices(names: &[String], external_served: bool) -> Vec<String> {
+    names.iter().filter(|n| external_served || !n.ends_with(".external.metrics.k8s.io")).cloned().collect()
+}
+
 /// The serving certificate: from files (re-read when they change), from the Secret the
 /// adapter keeps itself (`--tls-secret-name`), from `--cert-dir`, or a throwaway
 /// self-signed pair.
 async fn serving_certificate(
     args: &Args,
     client: Option<&kube::Client>,
+    external_served: bool,
     tasks: &mut Vec<TaskFactory>,
     ready_checks: &mut Vec<ReadyCheck>,
 ) -> Result<ServingCert> {
@@ -585,7 +595,7 @@ async fn serving_certificate(
     let config = serving_cert::Config {
         namespace: args.tls_secret_namespace.clone(),
         secret: secret.clone(),
-        apiservices: args.tls_ca_bundle_apiservices.clone(),
+        apiservices: ca_bundle_apiservices(&args.tls_ca_bundle_apiservices, external_served),
         policy,
         interval: args.tls_secret_check_interval,
         api_timeout: args.kube_api_timeout,
@@ -642,5 +652,20 @@ async fn refresh_auth(
             tracing::info!("authentication settings changed");
             authn.set_config(merged);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_external_apiservice_is_kept_only_when_its_group_is_served() {
+        let names: Vec<String> =
+            ["v1beta1.custom.metrics.k8s.io", "v1beta2.custom.metrics.k8s.io", "v1beta1.external.metrics.k8s.io"]
+                .map(str::to_owned)
+                .into();
+        assert_eq!(ca_bundle_apiservices(&names, true), names);
+        assert_eq!(ca_bundle_apiservices(&names, false), names[..2]);
     }
 }

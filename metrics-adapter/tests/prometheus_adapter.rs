@@ -752,3 +752,53 @@ async fn the_binary_takes_a_prometheus_adapter_command_line() {
     assert!(stderr.contains("rules[0]") && stderr.contains("name.as"), "{stderr}");
     c.prom.stop().await;
 }
+
+/// `data[key]` of the ConfigMap in a manifest file.
+fn configmap_data(path: &str, key: &str) -> String {
+    let text = std::fs::read_to_string(repo().join(path)).unwrap();
+    let doc: Value = serde_yaml_ng::from_str(&text).unwrap();
+    doc["data"][key].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_queue_hpa_is_served_by_the_shipped_rules() {
+    let c = Cluster::start().await;
+    let hpa: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo().join("deploy/examples/inference-queue/inference-queue-hpa.yaml")).unwrap(),
+    )
+    .unwrap();
+    let ns = hpa["metadata"]["namespace"].as_str().unwrap().to_owned();
+    let external = &hpa["spec"]["metrics"][0]["external"];
+    let metric = external["metric"]["name"].as_str().unwrap();
+    let labels = external["metric"]["selector"]["matchLabels"].as_object().unwrap();
+    let selector: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap())).collect();
+    let per_replica = quantity(external["target"]["averageValue"].as_str().unwrap());
+    // The queue the example scales on, another queue, and the same queue of another team.
+    let queue = labels["queue"].as_str().unwrap();
+    *c.extra_series.lock().unwrap() = format!(
+        "{metric}{{namespace=\"{ns}\",queue=\"{queue}\"}} 95\n{metric}{{namespace=\"{ns}\",queue=\"batch\"}} 400\n{metric}{{namespace=\"other-team\",queue=\"{queue}\"}} 7\n"
+    );
+    c.prom.wait_for_series(metric, 3).await;
+    let config = configmap_data("deploy/components/prometheus-operator/adapter-prometheus-rules.yaml", "rules.yaml");
+    let a = c.adapter(&config).await;
+    let query =
+        form_urlencoded::Serializer::new(String::new()).append_pair("labelSelector", &selector.join(",")).finish();
+    let path = format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{ns}/{metric}?{query}");
+    let mut items = Vec::new();
+    support::eventually("the example's external metric", Duration::from_secs(30), async || {
+        let r = hpa_get(&c.pki, a.addr, &path).await;
+        items = if r.status == 200 { r.json()["items"].as_array().cloned().unwrap_or_default() } else { Vec::new() };
+        !items.is_empty()
+    })
+    .await;
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0]["metricLabels"], json!({"queue": queue}));
+    let total = quantity(items[0]["value"].as_str().unwrap());
+    assert_eq!(total, 95.0, "the HPA's namespace and queue only");
+    // What the controller makes of it: ceil(total / averageValue) replicas.
+    let desired = (total / per_replica).ceil();
+    assert_eq!(desired, 4.0);
+    eprintln!("{metric}{{{}}} = {total}: inference-queue-hpa wants {desired} replicas", selector.join(","));
+    a.stop().await;
+    c.prom.stop().await;
+}
