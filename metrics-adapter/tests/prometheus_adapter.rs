@@ -355,6 +355,11 @@ async fn the_walkthrough_config_serves_requests_per_second() {
         let (g, p) = request_rates(i);
         close(got[pod], g + p, pod);
     }
+    // The answer says how long Prometheus took.
+    let r = hpa_get(&c.pki, a.addr, &path).await;
+    let timing = r.headers.get("server-timing").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let ms: f64 = timing.strip_prefix("prometheus;dur=").and_then(|d| d.parse().ok()).unwrap_or(-1.0);
+    assert!(ms >= 0.0, "Server-Timing {timing:?}");
 
     // kubectl reads the same, and a named pod alone (the walkthrough's own example).
     let home = tempfile::tempdir().unwrap();

@@ -2,6 +2,10 @@
 //! discovery documents, OpenAPI and the metric reads of `custom.metrics.k8s.io` v1beta1
 //! and v1beta2. Every error is a `metav1.Status`.
 //!
+//! Answers from the Prometheus source carry `Server-Timing: prometheus;dur=<ms>`, the time
+//! the query took, so that a client (and the benchmark) can tell the adapter's own time
+//! from Prometheus'.
+//!
 //! Order of checks for a request: size limits (414/431), method (405), authentication
 //! (401), routing (404/400), authorization (403), then the read. Discovery and OpenAPI are
 //! answered to any authenticated user without a SubjectAccessReview (the default
@@ -310,7 +314,9 @@ async fn read_metric(
             match store.select_among(resource, namespace, &q.label_selector) {
                 Ok((names, of)) => {
                     among = Some(of);
-                    Objects::names(names)
+                    // The store lists names in order, once each: no sort needed.
+                    debug_assert!(names.windows(2).all(|w| w[0] < w[1]));
+                    Objects::Names(names)
                 }
                 Err(e @ crate::labels::Error::Unsupported(..)) => return Err(ApiError::BadRequest(e.to_string())),
                 Err(e @ crate::labels::Error::NotSynced(_)) => return Err(ApiError::Unavailable(e.to_string())),
@@ -319,19 +325,18 @@ async fn read_metric(
     };
     let request =
         source::Request { resource, namespace, objects: &objects, metric, metric_selector: &q.metric_selector, among };
-    let points = state.sources.query(which, &request).await.map_err(source_error)?;
+    let (points, waited) = state.sources.query(which, &request).await.map_err(source_error)?;
     let selector = (!q.metric_selector.is_empty()).then(|| q.metric_selector.to_label_selector());
-    let items: Vec<types::Item<'_>> = points
-        .iter()
-        .filter_map(|p| {
-            Some(types::Item {
-                name: &p.name,
-                timestamp_ms: p.timestamp_ms,
-                window_seconds: p.window_seconds,
-                value: Quantity::from_f64(p.value)?,
-            })
+    // Sized once: at 10,000 pods regrowing this list showed in profiles.
+    let mut items: Vec<types::Item<'_>> = Vec::with_capacity(points.len());
+    items.extend(points.iter().filter_map(|p| {
+        Some(types::Item {
+            name: &p.name,
+            timestamp_ms: p.timestamp_ms,
+            window_seconds: p.window_seconds,
+            value: Quantity::from_f64(p.value)?,
         })
-        .collect();
+    }));
     if let Some(n) = name
         && items.is_empty()
     {
@@ -344,7 +349,14 @@ async fn read_metric(
         metric,
         selector: selector.as_ref(),
     };
-    Ok(json_bytes(types::metric_value_list(version, &ctx, items.into_iter())))
+    let mut resp = json_bytes(types::metric_value_list(version, &ctx, items.into_iter()));
+    if let Some(w) = waited
+        && let Ok(v) = HeaderValue::from_str(&format!("prometheus;dur={:.3}", w.as_secs_f64() * 1000.0))
+    {
+        // W3C Server-Timing: how much of the answer's time Prometheus took.
+        resp.headers_mut().insert("server-timing", v);
+    }
+    Ok(resp)
 }
 
 /// How a source's failure is answered: a configuration error is a 500 that says so, an

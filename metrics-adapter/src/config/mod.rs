@@ -492,6 +492,68 @@ mod tests {
     }
 
     #[test]
+    fn prometheus_adapter_command_lines_parse() {
+        // The helm chart's container arguments.
+        let helm = Args::parse_from_args([
+            "gpu-metrics-adapter",
+            "/adapter",
+            "--secure-port=6443",
+            "--cert-dir=/tmp/cert",
+            "--prometheus-url=http://prometheus.default.svc:9090",
+            "--metrics-relist-interval=1m",
+            "--v=4",
+            "--config=/etc/adapter/config.yaml",
+        ])
+        .unwrap();
+        assert_eq!(helm.prometheus_rules_file.as_deref(), Some(std::path::Path::new("/etc/adapter/config.yaml")));
+        assert_eq!(helm.metrics_relist_interval, secs(60));
+        assert_eq!(helm.effective_metrics_max_age(), secs(60));
+        assert_eq!(helm.effective_log_level(), "debug");
+        assert_eq!(helm.cert_dir.as_deref(), Some(std::path::Path::new("/tmp/cert")));
+        // kube-prometheus' container arguments.
+        let kp = Args::parse_from_args([
+            "x",
+            "--cert-dir=/var/run/serving-cert",
+            "--config=/etc/adapter/config.yaml",
+            "--logtostderr=true",
+            "--metrics-relist-interval=1m",
+            "--prometheus-url=http://prometheus-k8s.monitoring.svc:9090/",
+            "--secure-port=6443",
+            "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+        ])
+        .unwrap();
+        assert_eq!(kp.tls_cipher_suites.len(), 2);
+        assert!(kp.logtostderr);
+        let more = Args::parse_from_args([
+            "x",
+            "--prometheus-url=https://thanos:9091",
+            "--config=c.yaml",
+            "--prometheus-token-file=/var/run/secrets/token",
+            "--prometheus-header=X-Scope-OrgID=team-a",
+            "--prometheus-verb=GET",
+            "--metrics-max-age=5m",
+            "--lister-kubeconfig=/k",
+            "--authentication-token-webhook-cache-ttl=30s",
+            "--authorization-webhook-cache-unauthorized-ttl=5s",
+            "--logging-format=json",
+            "--disable-http2",
+            "--tls-min-version=VersionTLS13",
+        ])
+        .unwrap();
+        assert_eq!(more.prometheus_bearer_token_file.as_deref(), Some(std::path::Path::new("/var/run/secrets/token")));
+        assert_eq!((more.prometheus_verb.as_str(), more.prometheus_headers.len()), ("GET", 1));
+        assert_eq!(more.effective_metrics_max_age(), secs(300));
+        assert_eq!(more.effective_kubeconfig(), Some(std::path::Path::new("/k")));
+        assert_eq!(more.authentication_token_cache_ttl, secs(30));
+        assert_eq!(more.authorization_cache_deny_ttl, secs(5));
+        assert_eq!(more.log_format, LogFormat::Json);
+        let e = Args::parse_from_args(["x", "--prometheus-auth-incluster"]).unwrap_err().to_string();
+        assert!(e.contains("does not implement") && e.contains("--prometheus-token-file"), "{e}");
+        assert!(Args::parse_from_args(["x", "--prometheus-verb=PUT"]).is_err());
+        assert!(Args::parse_from_args(["x", "--tls-min-version=VersionTLS14"]).is_err());
+    }
+
+    #[test]
     fn cli_is_consistent_and_defaults_are_sane() {
         Cli::command().debug_assert();
         let a = Args::parse_from_args(["gpu-metrics-adapter"]).unwrap();

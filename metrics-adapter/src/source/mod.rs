@@ -2,10 +2,12 @@
 //!
 //! * [`direct`]: scrapes the GPU exporters (default; no Prometheus needed).
 //! * [`prometheus`]: a Prometheus-compatible query API with rules that map custom metric
-//!   names to PromQL templates (optional).
+//!   names to PromQL templates (optional), in the project's format or prometheus-adapter's;
+//!   the latter's `externalRules` serve external metrics.
 //!
-//! [`Sources`] routes each metric name to the one source that serves it (a name served by
-//! both is refused at start) and lists what exists for discovery.
+//! [`Sources`] routes each metric name to the one source that serves it (a project-format
+//! rule naming a direct-source metric is refused at start; a discovered one is answered
+//! by the direct source) and lists what exists for discovery.
 
 pub mod direct;
 pub mod prometheus;
@@ -172,16 +174,16 @@ impl Sources {
         self.prometheus.as_ref().and_then(|p| p.resource_info(resource)).or_else(|| builtin_resource(resource))
     }
 
-    /// Reads a metric.
-    pub async fn query(&self, which: Which, req: &Request<'_>) -> Result<Vec<Point>> {
+    /// Reads a metric; with the time spent waiting for the backend (Prometheus), if any.
+    pub async fn query(&self, which: Which, req: &Request<'_>) -> Result<(Vec<Point>, Option<std::time::Duration>)> {
         match which {
             Which::Direct => match &self.direct {
-                Some(d) => Ok(d.query(req)),
-                None => Ok(Vec::new()),
+                Some(d) => Ok((d.query(req), None)),
+                None => Ok((Vec::new(), None)),
             },
             Which::Prometheus => match &self.prometheus {
-                Some(p) => p.query(req).await,
-                None => Ok(Vec::new()),
+                Some(p) => p.query(req).await.map(|(points, waited)| (points, Some(waited))),
+                None => Ok((Vec::new(), None)),
             },
         }
     }

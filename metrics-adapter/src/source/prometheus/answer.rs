@@ -14,24 +14,53 @@ use std::collections::HashSet;
 use std::fmt;
 
 use serde::Deserialize;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 /// One sample of an instant vector (or the value of a scalar, without labels).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample<'a> {
-    /// Label pairs in the order Prometheus wrote them.
-    pub labels: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    /// Its labels, or the one label the parse was asked to keep.
+    pub labels: Labels<'a>,
     /// A finite value.
     pub value: f64,
     /// Evaluation time, ms since the epoch.
     pub timestamp_ms: i64,
 }
 
+/// A sample's labels.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Labels<'a> {
+    /// Every pair, in the order Prometheus wrote them ([`Keep::All`]).
+    All(Vec<(Cow<'a, str>, Cow<'a, str>)>),
+    /// The one pair kept ([`Keep::Only`]), if the sample has it.
+    Kept(Option<(Cow<'a, str>, Cow<'a, str>)>),
+}
+
+impl Labels<'_> {
+    /// The pairs.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        let pairs: &[(Cow<'_, str>, Cow<'_, str>)] = match self {
+            Labels::All(v) => v,
+            Labels::Kept(one) => one.as_slice(),
+        };
+        pairs.iter().map(|(k, v)| (&**k, &**v))
+    }
+}
+
 impl Sample<'_> {
     /// The value of a label.
     pub fn label(&self, name: &str) -> Option<&str> {
-        self.labels.iter().find(|(k, _)| k == name).map(|(_, v)| &**v)
+        self.labels.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
     }
+}
+
+/// Which labels a parse keeps of each sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep<'w> {
+    /// All of them (external metrics serve them as `metricLabels`).
+    All,
+    /// Only this one (a custom metric's resource label): no per-sample allocation.
+    Only(&'w str),
 }
 
 /// An instant query's result.
@@ -83,43 +112,77 @@ impl fmt::Display for Failure {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(bound(deserialize = "D: Deserialize<'de>"))]
-struct Envelope<'a, D> {
-    #[serde(borrow)]
-    status: Cow<'a, str>,
-    #[serde(default = "none")]
-    data: Option<D>,
-    #[serde(default, rename = "errorType", borrow)]
-    error_type: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    error: Option<Cow<'a, str>>,
+/// The API envelope (`status`, `data`, `errorType`, `error`), `data` read by `seed`.
+struct EnvelopeSeed<S>(S);
+
+type EnvelopeParts<'de, T> = (Option<Cow<'de, str>>, Option<T>, Option<Cow<'de, str>>, Option<Cow<'de, str>>);
+
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for EnvelopeSeed<S> {
+    type Value = EnvelopeParts<'de, S::Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
 }
 
-fn none<D>() -> Option<D> {
-    None
+impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for EnvelopeSeed<S> {
+    type Value = EnvelopeParts<'de, S::Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the Prometheus API envelope")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut seed = Some(self.0);
+        let (mut status, mut data, mut error_type, mut error) = (None, None, None, None);
+        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+            match &*key {
+                "status" => status = Some(map.next_value::<Text<'de>>()?.0),
+                "errorType" => error_type = Some(map.next_value::<Text<'de>>()?.0),
+                "error" => error = Some(map.next_value::<Text<'de>>()?.0),
+                "data" => match seed.take() {
+                    Some(s) => data = Some(map.next_value_seed(s)?),
+                    None => return Err(de::Error::duplicate_field("data")),
+                },
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok((status, data, error_type, error))
+    }
 }
 
-fn envelope<'a, D: Deserialize<'a>>(status: u16, body: &'a [u8]) -> Result<D, Failure> {
-    let env: Envelope<'a, D> = serde_json::from_slice(body).map_err(|e| {
+fn envelope<'a, S: DeserializeSeed<'a>>(status: u16, body: &'a [u8], seed: S) -> Result<S::Value, Failure> {
+    let unusable = |e: serde_json::Error| {
         Failure::Unusable(format!("Prometheus answered HTTP {status} with a body that is not its API JSON: {e}"))
-    })?;
-    if env.status != "success" {
-        let error_type = env.error_type.unwrap_or_default().into_owned();
-        let message = env.error.unwrap_or_default().into_owned();
+    };
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let (state, data, error_type, error) = EnvelopeSeed(seed).deserialize(&mut de).map_err(unusable)?;
+    de.end().map_err(unusable)?;
+    if state.as_deref() != Some("success") {
+        let error_type = error_type.unwrap_or_default().into_owned();
+        let message = error.unwrap_or_default().into_owned();
         return Err(if error_type == "bad_data" {
             Failure::Rejected { status, message }
         } else {
             Failure::Failed { status, error_type, message }
         });
     }
-    env.data.ok_or_else(|| Failure::Unusable(format!("Prometheus answered HTTP {status} with success but no data")))
+    data.ok_or_else(|| Failure::Unusable(format!("Prometheus answered HTTP {status} with success but no data")))
 }
 
-/// Parses an `/api/v1/query` answer.
+/// Parses an `/api/v1/query` answer, keeping every label.
 pub fn query(status: u16, body: &[u8]) -> Result<Answer<'_>, Failure> {
-    let data: QueryData<'_> = envelope(status, body)?;
-    match (&*data.result_type, data.result) {
+    query_keeping(status, body, Keep::All)
+}
+
+/// Parses an `/api/v1/query` answer, keeping the labels `keep` says.
+pub fn query_keeping<'a>(status: u16, body: &'a [u8], keep: Keep<'_>) -> Result<Answer<'a>, Failure> {
+    // About 60 bytes a sample in the smallest answers: room without regrowing.
+    let hint = (body.len() / 48).min(1 << 20);
+    let (result_type, result) = envelope(status, body, DataSeed { keep, hint })?;
+    match (&*result_type, result) {
         ("vector", QueryResult::Samples(samples)) => Ok(Answer { samples, scalar: false }),
         ("scalar", QueryResult::Scalar(s)) => Ok(Answer { samples: s.into_iter().collect(), scalar: true }),
         ("vector" | "scalar", _) => Err(Failure::Unusable("malformed result in Prometheus answer".into())),
@@ -127,12 +190,42 @@ pub fn query(status: u16, body: &[u8]) -> Result<Answer<'_>, Failure> {
     }
 }
 
-#[derive(Deserialize)]
-struct QueryData<'a> {
-    #[serde(rename = "resultType", borrow)]
-    result_type: Cow<'a, str>,
-    #[serde(borrow)]
-    result: QueryResult<'a>,
+/// `data` of a query answer: `resultType` and `result`.
+#[derive(Clone, Copy)]
+struct DataSeed<'w> {
+    keep: Keep<'w>,
+    hint: usize,
+}
+
+impl<'de, 'w> DeserializeSeed<'de> for DataSeed<'w> {
+    type Value = (Cow<'de, str>, QueryResult<'de>);
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, 'w> Visitor<'de> for DataSeed<'w> {
+    type Value = (Cow<'de, str>, QueryResult<'de>);
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("query data")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut result_type, mut result) = (None, None);
+        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+            match &*key {
+                "resultType" => result_type = Some(map.next_value::<Text<'de>>()?.0),
+                "result" => result = Some(map.next_value_seed(ResultSeed(self))?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let result_type = result_type.ok_or_else(|| de::Error::missing_field("resultType"))?;
+        Ok((result_type, result.ok_or_else(|| de::Error::missing_field("result"))?))
+    }
 }
 
 /// `result`: samples (`[{metric, value}, ...]`), or a scalar (`[time, "value"]`).
@@ -143,15 +236,17 @@ enum QueryResult<'a> {
     Other,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for QueryResult<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_seq(ResultVisitor)
+struct ResultSeed<'w>(DataSeed<'w>);
+
+impl<'de, 'w> DeserializeSeed<'de> for ResultSeed<'w> {
+    type Value = QueryResult<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
     }
 }
 
-struct ResultVisitor;
-
-impl<'de> Visitor<'de> for ResultVisitor {
+impl<'de, 'w> Visitor<'de> for ResultSeed<'w> {
     type Value = QueryResult<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -159,15 +254,16 @@ impl<'de> Visitor<'de> for ResultVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut samples = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        let entry = EntrySeed(self.0.keep);
+        let mut samples = Vec::with_capacity(self.0.hint);
         let mut other = false;
-        match seq.next_element::<Entry<'de>>()? {
+        match seq.next_element_seed(entry)? {
             None => return Ok(QueryResult::Samples(samples)),
             Some(Entry::Time(t)) => {
-                let value: Cow<'de, str> = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
+                let Text(value) = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 return Ok(QueryResult::Scalar(finite(&value).map(|v| Sample {
-                    labels: Vec::new(),
+                    labels: Labels::All(Vec::new()),
                     value: v,
                     timestamp_ms: millis(t),
                 })));
@@ -175,8 +271,8 @@ impl<'de> Visitor<'de> for ResultVisitor {
             Some(Entry::Sample(s)) => samples.extend(s),
             Some(Entry::Other) => other = true,
         }
-        while let Some(entry) = seq.next_element::<Entry<'de>>()? {
-            match entry {
+        while let Some(e) = seq.next_element_seed(entry)? {
+            match e {
                 Entry::Sample(s) => samples.extend(s),
                 Entry::Other => other = true,
                 Entry::Time(_) => return Err(de::Error::custom("a number among samples")),
@@ -193,15 +289,18 @@ enum Entry<'a> {
     Other,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Entry<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(EntryVisitor)
+#[derive(Clone, Copy)]
+struct EntrySeed<'w>(Keep<'w>);
+
+impl<'de, 'w> DeserializeSeed<'de> for EntrySeed<'w> {
+    type Value = Entry<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
     }
 }
 
-struct EntryVisitor;
-
-impl<'de> Visitor<'de> for EntryVisitor {
+impl<'de, 'w> Visitor<'de> for EntrySeed<'w> {
     type Value = Entry<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -222,11 +321,11 @@ impl<'de> Visitor<'de> for EntryVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut labels = None;
-        let mut value: Option<(f64, Cow<'de, str>)> = None;
+        let mut value: Option<(f64, Text<'de>)> = None;
         let mut other = false;
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
             match &*key {
-                "metric" => labels = Some(map.next_value::<Labels<'de>>()?.0),
+                "metric" => labels = Some(map.next_value_seed(LabelsSeed(self.0))?),
                 "value" => value = Some(map.next_value()?),
                 "values" | "histograms" => {
                     other = true;
@@ -241,32 +340,100 @@ impl<'de> Visitor<'de> for EntryVisitor {
             return Ok(Entry::Other);
         }
         // A native histogram sample (`histogram`, no `value`) has no number to serve.
-        let Some((t, v)) = value else { return Ok(Entry::Sample(None)) };
-        Ok(Entry::Sample(finite(&v).map(|value| Sample {
-            labels: labels.unwrap_or_default(),
-            value,
-            timestamp_ms: millis(t),
-        })))
+        let Some((t, Text(v))) = value else { return Ok(Entry::Sample(None)) };
+        let labels = labels.unwrap_or(match self.0 {
+            Keep::All => Labels::All(Vec::new()),
+            Keep::Only(_) => Labels::Kept(None),
+        });
+        Ok(Entry::Sample(finite(&v).map(|value| Sample { labels, value, timestamp_ms: millis(t) })))
+    }
+}
+
+/// A label object: every pair, or the one kept.
+struct LabelsSeed<'w>(Keep<'w>);
+
+impl<'de, 'w> DeserializeSeed<'de> for LabelsSeed<'w> {
+    type Value = Labels<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, 'w> Visitor<'de> for LabelsSeed<'w> {
+    type Value = Labels<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a label object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        match self.0 {
+            Keep::All => {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(4));
+                while let Some((Text(k), Text(v))) = map.next_entry::<Text<'de>, Text<'de>>()? {
+                    out.push((k, v));
+                }
+                Ok(Labels::All(out))
+            }
+            Keep::Only(wanted) => {
+                let mut kept = None;
+                while let Some(Text(k)) = map.next_key::<Text<'de>>()? {
+                    if k == wanted {
+                        kept = Some((k, map.next_value::<Text<'de>>()?.0));
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(Labels::Kept(kept))
+            }
+        }
+    }
+}
+
+/// A JSON string, borrowed from the body unless escapes force a copy (serde's own
+/// `Cow<str>` always copies).
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 
 /// A label object, as pairs.
-struct Labels<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+struct Pairs<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
 
-impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
+impl<'de: 'a, 'a> Deserialize<'de> for Pairs<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Labels<'de>;
+            type Value = Pairs<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a label object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut out = Vec::with_capacity(map.size_hint().unwrap_or(4));
-                while let Some((k, v)) = map.next_entry::<Cow<'de, str>, Cow<'de, str>>()? {
+                while let Some((Text(k), Text(v))) = map.next_entry::<Text<'de>, Text<'de>>()? {
                     out.push((k, v));
                 }
-                Ok(Labels(out))
+                Ok(Pairs(out))
             }
         }
         d.deserialize_map(V)
@@ -293,7 +460,7 @@ pub struct Shape {
 
 /// Parses an `/api/v1/series` answer into the distinct shapes of its series.
 pub fn series(status: u16, body: &[u8]) -> Result<Vec<Shape>, Failure> {
-    let list: ShapeList = envelope(status, body)?;
+    let list: ShapeList = envelope(status, body, std::marker::PhantomData)?;
     let mut shapes: Vec<Shape> = list.0.into_iter().collect();
     shapes.sort_unstable();
     Ok(shapes)
@@ -311,7 +478,7 @@ impl<'de> Deserialize<'de> for ShapeList {
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
                 let mut out = HashSet::new();
-                while let Some(Labels(pairs)) = seq.next_element::<Labels<'de>>()? {
+                while let Some(Pairs(pairs)) = seq.next_element::<Pairs<'de>>()? {
                     let mut name = None;
                     let mut labels = Vec::with_capacity(pairs.len());
                     for (k, v) in pairs {
@@ -349,6 +516,16 @@ mod tests {
         assert_eq!((a.samples[0].value, a.samples[0].timestamp_ms), (180.25, 1_700_000_000_500));
         assert_eq!(a.samples[0].label("namespace"), Some("ai"));
         assert_eq!(a.samples[1].label("pod"), Some("d\"q"));
+        // Labels borrow from the body; only an escaped one is copied.
+        let Labels::All(first) = &a.samples[0].labels else { panic!("all labels") };
+        assert!(matches!(first[0].1, Cow::Borrowed("a")));
+        let Labels::All(second) = &a.samples[1].labels else { panic!("all labels") };
+        assert!(matches!(second[0].1, Cow::Owned(_)));
+        // Keeping one label keeps only it.
+        let kept = query_keeping(200, body, Keep::Only("namespace")).unwrap();
+        assert_eq!(kept.samples[0].labels, Labels::Kept(Some((Cow::Borrowed("namespace"), Cow::Borrowed("ai")))));
+        assert_eq!(kept.samples[1].labels, Labels::Kept(None));
+        assert_eq!(kept.samples[0].label("pod"), None);
         assert_eq!(a.samples[1].value, -300.0);
         let empty = query(200, br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#).unwrap();
         assert!(empty.samples.is_empty());
@@ -359,7 +536,7 @@ mod tests {
         let a =
             query(200, br#"{"status":"success","data":{"resultType":"scalar","result":[1700000000.25,"7"]}}"#).unwrap();
         assert!(a.scalar);
-        assert_eq!(a.samples, [Sample { labels: vec![], value: 7.0, timestamp_ms: 1_700_000_000_250 }]);
+        assert_eq!(a.samples, [Sample { labels: Labels::All(vec![]), value: 7.0, timestamp_ms: 1_700_000_000_250 }]);
         let nan = query(200, br#"{"status":"success","data":{"resultType":"scalar","result":[1,"NaN"]}}"#).unwrap();
         assert!(nan.scalar && nan.samples.is_empty());
     }

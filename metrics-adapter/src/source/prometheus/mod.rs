@@ -220,14 +220,24 @@ impl PrometheusSource {
         }
     }
 
-    /// Runs an instant query; the answer is parsed by [`PrometheusSource::parsed`].
-    async fn fetch(&self, promql: &str) -> Result<client::Raw> {
-        self.client.query(promql).await.map_err(|e| Error::Unavailable(e.to_string()))
+    /// Runs an instant query, with how long it took; the answer is parsed by
+    /// [`PrometheusSource::parsed`].
+    async fn fetch(&self, promql: &str) -> Result<(client::Raw, Duration)> {
+        let started = std::time::Instant::now();
+        let raw = self.client.query(promql).await.map_err(|e| Error::Unavailable(e.to_string()))?;
+        Ok((raw, started.elapsed()))
     }
 
-    /// Parses an answer; a `bad_data` refusal is recorded against `rule`.
-    fn parsed<'a>(&self, raw: &'a client::Raw, rule: &str, field: &'static str) -> Result<answer::Answer<'a>> {
-        answer::query(raw.status, &raw.body).map_err(|f| self.failure(f, rule, field))
+    /// Parses an answer keeping the labels `keep` says; a `bad_data` refusal is
+    /// recorded against `rule`.
+    fn parsed<'a>(
+        &self,
+        raw: &'a client::Raw,
+        keep: answer::Keep<'_>,
+        rule: &str,
+        field: &'static str,
+    ) -> Result<answer::Answer<'a>> {
+        answer::query_keeping(raw.status, &raw.body, keep).map_err(|f| self.failure(f, rule, field))
     }
 
     fn failure(&self, f: Failure, rule: &str, field: &'static str) -> Error {
@@ -245,15 +255,15 @@ impl PrometheusSource {
         }
     }
 
-    /// Answers a read.
-    pub async fn query(&self, req: &Request<'_>) -> Result<Vec<Point>> {
+    /// Answers a read, with the time spent waiting for Prometheus.
+    pub async fn query(&self, req: &Request<'_>) -> Result<(Vec<Point>, Duration)> {
         if let Some(&i) = self.native_index.get(&(req.resource.to_owned(), req.metric.to_owned())) {
             return self.native_query(&self.native[i], req).await;
         }
         let found = self.registry.load().custom(req.resource, req.metric).cloned();
         match found {
             Some(f) => self.adapter_query(&f, req).await,
-            None => Ok(Vec::new()),
+            None => Ok((Vec::new(), Duration::ZERO)),
         }
     }
 
@@ -264,8 +274,8 @@ impl PrometheusSource {
         self.cfg.widen && !reads_values && names.len() >= WIDEN_MIN_NAMES && names.len().saturating_mul(2) >= among
     }
 
-    async fn native_query(&self, rule: &Rule, req: &Request<'_>) -> Result<Vec<Point>> {
-        let Some(rr) = rule.resources.get(req.resource) else { return Ok(Vec::new()) };
+    async fn native_query(&self, rule: &Rule, req: &Request<'_>) -> Result<(Vec<Point>, Duration)> {
+        let Some(rr) = rule.resources.get(req.resource) else { return Ok((Vec::new(), Duration::ZERO)) };
         let id = rule.id();
         if let Some(p) = self.problem(&id) {
             return Err(Error::Config(p.to_string()));
@@ -274,7 +284,7 @@ impl PrometheusSource {
         let listed: Vec<&str>;
         let names = match req.objects {
             Objects::All => Names::All,
-            Objects::Names(v) if v.is_empty() => return Ok(Vec::new()),
+            Objects::Names(v) if v.is_empty() => return Ok((Vec::new(), Duration::ZERO)),
             _ if self.widen(req, false) => Names::All,
             Objects::One(n) => {
                 listed = vec![n.as_str()];
@@ -286,12 +296,12 @@ impl PrometheusSource {
             }
         };
         let promql = rules::render(rule, rr, namespace, names, req.metric_selector).map_err(|e| Error::Invalid(e.0))?;
-        let raw = self.fetch(&promql).await?;
-        let answer = self.parsed(&raw, &id, "query")?;
-        read::points(&answer.samples, &rr.label, req.objects, rule.window_seconds, &id)
+        let (raw, waited) = self.fetch(&promql).await?;
+        let answer = self.parsed(&raw, answer::Keep::Only(&rr.label), &id, "query")?;
+        Ok((read::points(&answer.samples, &rr.label, req.objects, rule.window_seconds, &id)?, waited))
     }
 
-    async fn adapter_query(&self, found: &registry::Found, req: &Request<'_>) -> Result<Vec<Point>> {
+    async fn adapter_query(&self, found: &registry::Found, req: &Request<'_>) -> Result<(Vec<Point>, Duration)> {
         let rule = &self.adapter.rules[found.rule];
         let id = rule.id();
         if let Some(p) = self.problem(&id) {
@@ -304,7 +314,7 @@ impl PrometheusSource {
         let listed: Vec<&str>;
         let objects = match req.objects {
             Objects::All => QueryObjects::Any,
-            Objects::Names(v) if v.is_empty() => return Ok(Vec::new()),
+            Objects::Names(v) if v.is_empty() => return Ok((Vec::new(), Duration::ZERO)),
             _ if self.widen(req, rule.query.uses("LabelValuesByName")) => QueryObjects::Any,
             Objects::One(n) => {
                 listed = vec![n.as_str()];
@@ -319,9 +329,9 @@ impl PrometheusSource {
         let data = query::custom(&found.series, ns, &found.label, objects, req.metric_selector)
             .map_err(|e| Error::Invalid(e.0))?;
         let promql = rule.query.render(&data);
-        let raw = self.fetch(&promql).await?;
-        let answer = self.parsed(&raw, &id, "metricsQuery")?;
-        read::points(&answer.samples, &found.label, req.objects, None, &id)
+        let (raw, waited) = self.fetch(&promql).await?;
+        let answer = self.parsed(&raw, answer::Keep::Only(&found.label), &id, "metricsQuery")?;
+        Ok((read::points(&answer.samples, &found.label, req.objects, None, &id)?, waited))
     }
 
     fn namespace_label(&self, rule: &adapter::Rule) -> Result<String> {
@@ -350,8 +360,8 @@ impl PrometheusSource {
         let data = query::external(&found.series, ns_label.as_deref().map(|l| (l, namespace)), selector)
             .map_err(|e| Error::Invalid(e.0))?;
         let promql = rule.query.render(&data);
-        let raw = self.fetch(&promql).await?;
-        let answer = self.parsed(&raw, &id, "metricsQuery")?;
+        let (raw, _) = self.fetch(&promql).await?;
+        let answer = self.parsed(&raw, answer::Keep::All, &id, "metricsQuery")?;
         Ok(Some(read::external(&answer.samples)))
     }
 

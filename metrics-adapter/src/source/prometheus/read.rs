@@ -4,7 +4,8 @@
 //! value per sample with its labels. Two samples for one object are refused: the rule
 //! must aggregate `by (<<.GroupBy>>)` (prometheus-adapter keeps one of them silently).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use super::answer::Sample;
@@ -21,7 +22,10 @@ pub struct ExternalValue {
     pub timestamp_ms: i64,
 }
 
-/// The points of `objects` in `samples`, by `label`, sorted by name.
+/// The points of `objects` in `samples`, by `label`, sorted by name. For a selection
+/// (sorted names) the samples are hashed by name and the selection walked in order, so no
+/// string is compared more than once: at 10,000 pods the sort and binary searches this
+/// replaces were a quarter of the adapter's time (NOTES.md, "Prometheus path").
 pub fn points(
     samples: &[Sample<'_>],
     label: &str,
@@ -29,6 +33,26 @@ pub fn points(
     window_seconds: Option<i64>,
     what: &str,
 ) -> Result<Vec<Point>> {
+    let several = |name: &str| {
+        Error::Internal(format!(
+            "{what} returned several series for {label}={name:?}; aggregate them with by (<<.GroupBy>>)"
+        ))
+    };
+    let point = |name: Arc<str>, (value, timestamp_ms): (f64, i64)| Point { name, value, timestamp_ms, window_seconds };
+    if let Objects::Names(names) = objects {
+        let mut by_name: HashMap<&str, (f64, i64), BuildHasherDefault<Fnv>> =
+            HashMap::with_capacity_and_hasher(samples.len().min(names.len() * 2), BuildHasherDefault::default());
+        for s in samples {
+            if let Some(name) = s.label(label)
+                && by_name.insert(name, (s.value, s.timestamp_ms)).is_some()
+            {
+                return Err(several(name));
+            }
+        }
+        let mut out = Vec::with_capacity(names.len().min(by_name.len()));
+        out.extend(names.iter().filter_map(|n| by_name.get(&**n).map(|v| point(n.clone(), *v))));
+        return Ok(out);
+    }
     let mut picked: Vec<(&str, f64, i64)> = samples
         .iter()
         .filter_map(|s| {
@@ -38,15 +62,30 @@ pub fn points(
         .collect();
     picked.sort_unstable_by(|a, b| a.0.cmp(b.0));
     if let Some(w) = picked.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(Error::Internal(format!(
-            "{what} returned several series for {label}={:?}; aggregate them with by (<<.GroupBy>>)",
-            w[0].0
-        )));
+        return Err(several(w[0].0));
     }
-    Ok(picked
-        .into_iter()
-        .map(|(name, value, timestamp_ms)| Point { name: objects.shared(name), value, timestamp_ms, window_seconds })
-        .collect())
+    Ok(picked.into_iter().map(|(name, value, ts)| point(Arc::from(name), (value, ts))).collect())
+}
+
+/// FNV-1a: object names are short and come from the adapter's own store and Prometheus'
+/// answer to its query, so a fast hash beats SipHash's protection here (SipHash was 4 % of
+/// the adapter's time at 10,000 pods).
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.0 = h;
+    }
 }
 
 /// The values of an external metric.
@@ -54,34 +93,22 @@ pub fn external(samples: &[Sample<'_>]) -> Vec<ExternalValue> {
     samples
         .iter()
         .map(|s| ExternalValue {
-            labels: s.labels.iter().map(|(k, v)| ((**k).to_owned(), (**v).to_owned())).collect(),
+            labels: s.labels.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
             value: s.value,
             timestamp_ms: s.timestamp_ms,
         })
         .collect()
 }
 
-impl Objects {
-    /// The name as an `Arc`, shared with the selection when it holds it.
-    pub fn shared(&self, name: &str) -> Arc<str> {
-        match self {
-            Objects::Names(names) => match names.binary_search_by(|n| (**n).cmp(name)) {
-                Ok(i) => names[i].clone(),
-                Err(_) => Arc::from(name),
-            },
-            Objects::All | Objects::One(_) => Arc::from(name),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::answer::Labels;
     use super::*;
     use std::borrow::Cow;
 
     fn sample<'a>(labels: &[(&'a str, &'a str)], value: f64) -> Sample<'a> {
         Sample {
-            labels: labels.iter().map(|(k, v)| (Cow::Borrowed(*k), Cow::Borrowed(*v))).collect(),
+            labels: Labels::All(labels.iter().map(|(k, v)| (Cow::Borrowed(*k), Cow::Borrowed(*v))).collect()),
             value,
             timestamp_ms: 1000,
         }
@@ -104,6 +131,10 @@ mod tests {
         let dup = [sample(&[("pod", "a")], 1.0), sample(&[("pod", "a")], 2.0)];
         let e = points(&dup, "pod", &Objects::All, None, "rules[0]").unwrap_err();
         assert!(matches!(e, Error::Internal(m) if m.contains("rules[0] returned several series for pod=\"a\"")));
+        let e = points(&dup, "pod", &objects, None, "rules[0]").unwrap_err();
+        assert!(matches!(e, Error::Internal(m) if m.contains("several series")));
+        let one = points(&samples, "pod", &Objects::One("c".into()), None, "r").unwrap();
+        assert_eq!(one.iter().map(|p| &*p.name).collect::<Vec<_>>(), ["c"]);
     }
 
     #[test]
