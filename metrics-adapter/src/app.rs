@@ -20,6 +20,7 @@ use crate::api::{self, AppState, ReadyCheck};
 use crate::auth::authn::{Authenticator, TokenReviewer};
 use crate::auth::authz::Authorizer;
 use crate::auth::config::{self as authcfg, AuthnConfig, FileSettings};
+use crate::catalog::{self, Catalog};
 use crate::config::{Args, show_duration};
 use crate::http_client::HttpClient;
 use crate::labels::LabelStore;
@@ -28,7 +29,7 @@ use crate::serving_cert;
 use crate::source::Sources;
 use crate::source::direct::discovery::{Target, Targets};
 use crate::source::direct::{self, DirectSource};
-use crate::source::prometheus::{self, PrometheusSource, rules};
+use crate::source::prometheus::{self, PrometheusSource, RuleSet, adapter, rules};
 use exposition_parser::Limits;
 
 /// Why the adapter cannot start.
@@ -43,6 +44,12 @@ pub enum Error {
     /// The rules file is wrong.
     #[error(transparent)]
     Rules(#[from] rules::Error),
+    /// The prometheus-adapter configuration is wrong.
+    #[error("prometheus-adapter configuration {0}")]
+    AdapterConfig(#[from] adapter::Error),
+    /// Prometheus refused queries of the rules at start.
+    #[error("Prometheus refused the configuration: {0}")]
+    RuleProblems(String),
     /// Authentication files are wrong.
     #[error("authentication: {0}")]
     Auth(#[from] authcfg::Error),
@@ -90,8 +97,20 @@ fn read_token(path: Option<&Path>, flag: &str) -> Result<Option<String>> {
     .transpose()
 }
 
-async fn kube_client(args: &Args) -> Result<kube::Client> {
-    let config = match &args.kubeconfig {
+/// The Kubernetes client, and a second one without the client's retries of 503 for API
+/// discovery: an aggregated API that is down answers 503 for minutes, and the retries
+/// would hold up the other requests.
+async fn kube_clients(args: &Args) -> Result<(kube::Client, kube::Client)> {
+    let config = kube_config(args).await?;
+    let mut discovery = config.clone();
+    discovery.default_retry = false;
+    let client = kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))?;
+    let discovery = kube::Client::try_from(discovery).map_err(|e| Error::Kube(e.to_string()))?;
+    Ok((client, discovery))
+}
+
+async fn kube_config(args: &Args) -> Result<kube::Config> {
+    let config = match args.effective_kubeconfig() {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?;
             kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
@@ -102,12 +121,43 @@ async fn kube_client(args: &Args) -> Result<kube::Client> {
             Error::Kube(format!("{e} (run in a cluster, pass --kubeconfig, or use --standalone for development)"))
         })?,
     };
-    kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
+    Ok(config)
 }
 
 /// The cross-checks between flags that clap's per-flag ranges cannot make, before any
 /// client is built or file read. (Each flag's own range is enforced while parsing.)
 pub fn check_flags(args: &Args) -> Result<()> {
+    if !args.logtostderr {
+        return Err(Error::Config(
+            "--logtostderr=false: logs always go to standard error here; remove the flag".into(),
+        ));
+    }
+    let kubeconfigs: Vec<(&str, &Path)> = [
+        ("--kubeconfig", args.kubeconfig.as_deref()),
+        ("--lister-kubeconfig", args.lister_kubeconfig.as_deref()),
+        ("--authentication-kubeconfig", args.authentication_kubeconfig.as_deref()),
+        ("--authorization-kubeconfig", args.authorization_kubeconfig.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(f, p)| p.map(|p| (f, p)))
+    .collect();
+    if let Some(((f1, p1), (f2, p2))) =
+        kubeconfigs.first().zip(kubeconfigs.iter().find(|(_, p)| p != &kubeconfigs[0].1))
+    {
+        return Err(Error::Config(format!(
+            "{f1} {} and {f2} {} differ: this adapter uses one client for listing, authentication and authorization; give one file",
+            p1.display(),
+            p2.display()
+        )));
+    }
+    if args.effective_metrics_max_age() < args.metrics_relist_interval {
+        return Err(Error::Config(format!(
+            "--metrics-max-age (GPU_METRICS_ADAPTER_METRICS_MAX_AGE) {} shorter than --metrics-relist-interval \
+             (GPU_METRICS_ADAPTER_METRICS_RELIST_INTERVAL) {} would miss series between relists",
+            show_duration(args.effective_metrics_max_age()),
+            show_duration(args.metrics_relist_interval)
+        )));
+    }
     if args.direct_source && args.max_age < args.scrape_interval {
         return Err(Error::Config(format!(
             "--max-age (GPU_METRICS_ADAPTER_MAX_AGE) {} shorter than --scrape-interval \
@@ -187,14 +237,60 @@ fn direct_source(
     Ok(Some(d))
 }
 
-/// The Prometheus source, when both `--prometheus-url` and the rules file are given. A
-/// rule may not shadow a metric the direct source serves.
-fn prometheus_source(args: &Args, direct_enabled: bool) -> Result<Option<Arc<PrometheusSource>>> {
+/// The rules file, in whichever of the two formats it is written, with the catalog it
+/// was read against: prometheus-adapter rules name resources the cluster must serve, so
+/// its discovery documents are read (the built-in catalog without an API server).
+async fn rule_set(args: &Args, path: &Path, client: Option<&kube::Client>) -> Result<(RuleSet, Catalog)> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| Error::Rules(rules::Error::Read { path: shown.clone(), source }))?;
+    if !adapter::is_adapter_format(&text) {
+        return Ok((RuleSet::Native(rules::parse(&text, &shown)?), Catalog::builtin()));
+    }
+    let catalog = match client {
+        Some(c) => catalog::fetch::fetch(c, args.kube_api_timeout).await.map_err(|e| Error::Kube(e.to_string()))?,
+        None => Catalog::builtin(),
+    };
+    Ok((RuleSet::Adapter(adapter::parse(&text, &shown, &catalog)?), catalog))
+}
+
+/// The Prometheus source's client settings from the flags.
+fn prometheus_client(args: &Args, url: &str) -> Result<(prometheus::client::Config, HttpClient)> {
+    let _: http::Uri = url.parse().map_err(|e| Error::Config(format!("--prometheus-url {url:?}: {e}")))?;
+    let identity = args.prometheus_client_tls_cert_file.as_deref().zip(args.prometheus_client_tls_key_file.as_deref());
+    let http = HttpClient::with_identity(args.prometheus_ca_file.as_deref(), identity, 8)
+        .map_err(|e| Error::Config(format!("Prometheus TLS settings: {e}")))?;
+    let cfg = prometheus::client::Config {
+        url: url.to_owned(),
+        timeout: args.prometheus_timeout,
+        max_body: args.prometheus_max_bytes,
+        bearer_token: read_token(args.prometheus_bearer_token_file.as_deref(), "--prometheus-token-file")?,
+        headers: prometheus::client::parse_headers(&args.prometheus_headers).map_err(Error::Config)?,
+        get: args.prometheus_verb == "GET",
+    };
+    Ok((cfg, http))
+}
+
+/// The Prometheus source, when both `--prometheus-url` and the rules file are given
+/// (`client` reads API discovery): a
+/// project-format rule may not shadow a metric the direct source serves; a
+/// prometheus-adapter configuration is compiled against the cluster's catalog and
+/// relisted once before serving, which refuses rules Prometheus rejects.
+async fn prometheus_source(
+    args: &Args,
+    direct_enabled: bool,
+    client: Option<&kube::Client>,
+    tasks: &mut Vec<TaskFactory>,
+) -> Result<Option<Arc<PrometheusSource>>> {
     let (Some(url), Some(rules_file)) = (&args.prometheus_url, &args.prometheus_rules_file) else {
         return Ok(None);
     };
-    let rules = rules::load(rules_file)?;
-    if direct_enabled && let Some(r) = rules.iter().find(|r| DirectSource::metric_names().any(|n| n == r.name)) {
+    let (set, catalog) = rule_set(args, rules_file, client).await?;
+    let adapter_format = matches!(set, RuleSet::Adapter(_));
+    if let RuleSet::Native(rules) = &set
+        && direct_enabled
+        && let Some(r) = rules.iter().find(|r| DirectSource::metric_names().any(|n| n == r.name))
+    {
         return Err(Error::Config(format!(
             "metric {} is served by both the direct source and rule {} in {}; rename the rule or pass --direct-source=false",
             r.name,
@@ -202,16 +298,62 @@ fn prometheus_source(args: &Args, direct_enabled: bool) -> Result<Option<Arc<Pro
             rules_file.display()
         )));
     }
-    let _: http::Uri = url.parse().map_err(|e| Error::Config(format!("--prometheus-url {url:?}: {e}")))?;
-    let http = HttpClient::new(args.prometheus_ca_file.as_deref(), 8)
-        .map_err(|e| Error::Config(format!("--prometheus-ca-file: {e}")))?;
+    let (client_cfg, http) = prometheus_client(args, url)?;
     let cfg = prometheus::Config {
-        url: url.clone(),
-        timeout: args.prometheus_timeout,
-        max_body: args.prometheus_max_bytes,
-        bearer_token: read_token(args.prometheus_bearer_token_file.as_deref(), "--prometheus-bearer-token-file")?,
+        client: client_cfg,
+        relist_interval: args.metrics_relist_interval,
+        max_age: args.effective_metrics_max_age(),
+        widen: args.prometheus_namespace_wide_queries,
     };
-    Ok(Some(Arc::new(PrometheusSource::new(cfg, http, rules))))
+    let source = Arc::new(PrometheusSource::new(cfg, http, set, catalog));
+    first_relist(&source).await?;
+    let run = source.clone();
+    tasks.push(Box::new(move |s| Box::pin(run.run(s))));
+    if let Some(c) = client.filter(|_| adapter_format) {
+        let (refreshed, c, timeout) = (source.clone(), c.clone(), args.kube_api_timeout);
+        tasks.push(Box::new(move |s| Box::pin(refresh_catalog(refreshed, c, timeout, s))));
+    }
+    Ok(Some(source))
+}
+
+/// The first relist, before serving: rules Prometheus refuses stop the start; a
+/// Prometheus that does not answer does not (the relist is retried while serving).
+async fn first_relist(source: &PrometheusSource) -> Result<()> {
+    match source.relist().await {
+        Ok(report) if !report.problems.is_empty() => {
+            let all: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
+            Err(Error::RuleProblems(all.join("; ")))
+        }
+        Ok(report) => {
+            tracing::info!(custom = report.custom, external = report.external, "discovered Prometheus metrics");
+            Ok(())
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "Prometheus did not answer the first relist; serving, and relisting until it does");
+            Ok(())
+        }
+    }
+}
+
+/// How often the cluster's resources are read again (new CRDs become mappable).
+const CATALOG_REFRESH: Duration = Duration::from_secs(600);
+
+async fn refresh_catalog(
+    source: Arc<PrometheusSource>,
+    client: kube::Client,
+    timeout: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(CATALOG_REFRESH) => {}
+            _ = shutdown.changed() => return,
+        }
+        match catalog::fetch::fetch(&client, timeout).await {
+            Ok(c) => source.set_catalog(c),
+            Err(e) => tracing::warn!(error = %e, "reading the cluster's resources failed; keeping the previous list"),
+        }
+    }
 }
 
 /// The object-label store (for label selectors), with its watch task and sync check.
@@ -289,20 +431,26 @@ impl App {
     /// Validates the configuration, connects what must be connected and binds the port.
     pub async fn build(args: &Args) -> Result<Self> {
         check_flags(args)?;
-        let client = if args.standalone { None } else { Some(kube_client(args).await?) };
+        let (client, discovery) = if args.standalone {
+            (None, None)
+        } else {
+            let (c, d) = kube_clients(args).await?;
+            (Some(c), Some(d))
+        };
         let mut tasks: Vec<TaskFactory> = Vec::new();
         let mut ready_checks: Vec<ReadyCheck> = Vec::new();
 
         let direct = direct_source(args, client.as_ref(), &mut tasks, &mut ready_checks)?;
-        let prometheus = prometheus_source(args, direct.is_some())?;
+        let prometheus = prometheus_source(args, direct.is_some(), discovery.as_ref(), &mut tasks).await?;
         if direct.is_none() && prometheus.is_none() {
             return Err(Error::Config("no source: enable --direct-source or give --prometheus-url".into()));
         }
         let labels = client.as_ref().map(|c| object_labels(c, &mut tasks, &mut ready_checks));
         let (authn, authz) = authentication(args, client.as_ref(), &mut tasks, &mut ready_checks).await?;
 
-        let serving = serving_certificate(args, client.as_ref(), &mut tasks, &mut ready_checks).await?;
-        let tls = server::tls(serving)?;
+        let external = prometheus.as_ref().is_some_and(|p| p.has_external());
+        let serving = serving_certificate(args, client.as_ref(), external, &mut tasks, &mut ready_checks).await?;
+        let tls = server::tls(serving, &protocols(args)?)?;
 
         let addr = SocketAddr::new(args.bind_address, args.secure_port);
         let listener = TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })?;
@@ -364,11 +512,59 @@ impl App {
     }
 }
 
+/// TLS versions, suites and HTTP/2 from `--tls-min-version`, `--tls-cipher-suites` and
+/// `--disable-http2`.
+fn protocols(args: &Args) -> Result<server::Protocols> {
+    let cipher_suites = if args.tls_cipher_suites.is_empty() {
+        None
+    } else {
+        let (suites, left_out) =
+            crate::config::compat::cipher_suites(&args.tls_cipher_suites).map_err(Error::Config)?;
+        if !left_out.is_empty() {
+            tracing::warn!(left_out = ?left_out, "--tls-cipher-suites names suites rustls does not implement; they are not offered");
+        }
+        Some(suites)
+    };
+    if matches!(args.tls_min_version.as_deref(), Some("VersionTLS10" | "VersionTLS11")) {
+        tracing::warn!("--tls-min-version below VersionTLS12: TLS 1.0 and 1.1 are not offered, TLS 1.2 and 1.3 are");
+    }
+    Ok(server::Protocols {
+        tls13_only: args.tls_min_version.as_deref() == Some("VersionTLS13"),
+        cipher_suites,
+        http2: !args.disable_http2,
+    })
+}
+
+/// `--cert-dir`: its `apiserver.crt` and `apiserver.key`, made self-signed when missing.
+fn cert_dir_pair(dir: &Path, hosts: &[&str]) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let (cert, key) = (dir.join("apiserver.crt"), dir.join("apiserver.key"));
+    if cert.exists() && key.exists() {
+        return Ok((cert, key));
+    }
+    let fail = |e: std::io::Error| Error::Config(format!("--cert-dir {}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let pair = crate::certs::self_signed(hosts).map_err(server::Error::from)?;
+    std::fs::write(&cert, pair.cert_pem.as_bytes()).map_err(fail)?;
+    std::fs::write(&key, pair.key_pem.as_bytes()).map_err(fail)?;
+    tracing::info!(dir = %dir.display(), "wrote a self-signed serving certificate into --cert-dir");
+    Ok((cert, key))
+}
+
+/// The APIServices whose `caBundle` the adapter keeps: those of `--tls-ca-bundle-apiservices`
+/// for the groups it serves. `external.metrics.k8s.io` is served only with external rules,
+/// and its APIService is installed only with them (deploy/components/adapter-external-metrics),
+/// so without them it is left alone rather than waited for.
+pub fn ca_bundle_apiservices(names: &[String], external_served: bool) -> Vec<String> {
+    names.iter().filter(|n| external_served || !n.ends_with(".external.metrics.k8s.io")).cloned().collect()
+}
+
 /// The serving certificate: from files (re-read when they change), from the Secret the
-/// adapter keeps itself (`--tls-secret-name`), or a throwaway self-signed pair.
+/// adapter keeps itself (`--tls-secret-name`), from `--cert-dir`, or a throwaway
+/// self-signed pair.
 async fn serving_certificate(
     args: &Args,
     client: Option<&kube::Client>,
+    external_served: bool,
     tasks: &mut Vec<TaskFactory>,
     ready_checks: &mut Vec<ReadyCheck>,
 ) -> Result<ServingCert> {
@@ -379,6 +575,10 @@ async fn serving_certificate(
     };
     if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) {
         return Ok(ServingCert::Files { cert: cert.clone(), key: key.clone(), check_every: args.tls_reload_interval });
+    }
+    if let (Some(dir), None) = (&args.cert_dir, &args.tls_secret_name) {
+        let (cert, key) = cert_dir_pair(dir, &hosts)?;
+        return Ok(ServingCert::Files { cert, key, check_every: args.tls_reload_interval });
     }
     let Some(secret) = &args.tls_secret_name else {
         tracing::info!(hosts = ?hosts, "no --tls-cert-file or --tls-secret-name: serving a throwaway self-signed certificate");
@@ -395,7 +595,7 @@ async fn serving_certificate(
     let config = serving_cert::Config {
         namespace: args.tls_secret_namespace.clone(),
         secret: secret.clone(),
-        apiservices: args.tls_ca_bundle_apiservices.clone(),
+        apiservices: ca_bundle_apiservices(&args.tls_ca_bundle_apiservices, external_served),
         policy,
         interval: args.tls_secret_check_interval,
         api_timeout: args.kube_api_timeout,
@@ -452,5 +652,20 @@ async fn refresh_auth(
             tracing::info!("authentication settings changed");
             authn.set_config(merged);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_external_apiservice_is_kept_only_when_its_group_is_served() {
+        let names: Vec<String> =
+            ["v1beta1.custom.metrics.k8s.io", "v1beta2.custom.metrics.k8s.io", "v1beta1.external.metrics.k8s.io"]
+                .map(str::to_owned)
+                .into();
+        assert_eq!(ca_bundle_apiservices(&names, true), names);
+        assert_eq!(ca_bundle_apiservices(&names, false), names[..2]);
     }
 }

@@ -60,6 +60,16 @@ impl std::fmt::Debug for HttpClient {
 impl HttpClient {
     /// A client trusting the CAs in `ca_file` for `https` URLs (none: `https` fails to verify).
     pub fn new(ca_file: Option<&Path>, max_idle_per_host: usize) -> Result<Self> {
+        Self::with_identity(ca_file, None, max_idle_per_host)
+    }
+
+    /// Like [`HttpClient::new`], presenting the client certificate `identity` (chain and
+    /// key PEM files) to servers that ask for one.
+    pub fn with_identity(
+        ca_file: Option<&Path>,
+        identity: Option<(&Path, &Path)>,
+        max_idle_per_host: usize,
+    ) -> Result<Self> {
         use rustls::pki_types::CertificateDer;
         use rustls::pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
@@ -73,8 +83,22 @@ impl HttpClient {
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::Setup(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            .with_root_certificates(roots);
+        let tls = match identity {
+            None => tls.with_no_client_auth(),
+            Some((cert, key)) => {
+                let read =
+                    |p: &Path| std::fs::read(p).map_err(|e| Error::Setup(format!("reading {}: {e}", p.display())));
+                let pair = https_edge::pem::key_pair(
+                    &read(cert)?,
+                    &read(key)?,
+                    &cert.display().to_string(),
+                    &key.display().to_string(),
+                )
+                .map_err(|e| Error::Setup(e.to_string()))?;
+                tls.with_client_auth_cert(pair.cert.clone(), read_key(key)?).map_err(|e| Error::Setup(e.to_string()))?
+            }
+        };
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
@@ -112,6 +136,12 @@ impl HttpClient {
         };
         tokio::time::timeout(timeout, exchange).await.map_err(|_| Error::Timeout(timeout))?
     }
+}
+
+fn read_key(path: &Path) -> Result<rustls::pki_types::PrivateKeyDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::PrivateKeyDer::from_pem_file(path)
+        .map_err(|e| Error::Setup(format!("private key {}: {e}", path.display())))
 }
 
 /// The error and its causes on one line.

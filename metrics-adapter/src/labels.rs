@@ -77,13 +77,16 @@ impl Table {
         self.synced.store(true, Ordering::Release);
     }
 
-    fn select(&self, namespace: &str, sel: &Selector) -> Vec<Arc<str>> {
+    /// The matching names, and how many objects the namespace has.
+    fn select(&self, namespace: &str, sel: &Selector) -> (Vec<Arc<str>>, usize) {
         let objects = self.objects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(m) = objects.get(namespace) else { return Vec::new() };
-        m.iter()
+        let Some(m) = objects.get(namespace) else { return (Vec::new(), 0) };
+        let names = m
+            .iter()
             .filter(|(_, labels)| sel.matches(|k| labels.iter().find(|(lk, _)| &**lk == k).map(|(_, v)| &**v)))
             .map(|(name, _)| name.clone())
-            .collect()
+            .collect();
+        (names, m.len())
     }
 
     fn len(&self) -> usize {
@@ -131,6 +134,17 @@ impl LabelStore {
     /// Names of the objects of `resource` in `namespace` (None for cluster-scoped) matching
     /// `sel`, in ascending order.
     pub fn select(&self, resource: &str, namespace: Option<&str>, sel: &Selector) -> Result<Vec<Arc<str>>> {
+        self.select_among(resource, namespace, sel).map(|(names, _)| names)
+    }
+
+    /// Like [`LabelStore::select`], with the number of objects the names were chosen
+    /// among (all of the resource in the namespace).
+    pub fn select_among(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        sel: &Selector,
+    ) -> Result<(Vec<Arc<str>>, usize)> {
         let table = match resource {
             "pods" => &self.pods,
             "nodes" => &self.nodes,
@@ -199,6 +213,8 @@ mod tests {
         let got = s.select("pods", Some("ai"), &sel).unwrap();
         assert_eq!(got, vec![Arc::from("inference-pool-0"), Arc::from("inference-pool-1")]);
         assert_eq!(s.select("pods", Some("ai"), &Selector::everything()).unwrap().len(), 3);
+        assert_eq!(s.select_among("pods", Some("ai"), &sel).unwrap().1, 3);
+        assert_eq!(s.select_among("pods", Some("none"), &sel).unwrap(), (vec![], 0));
         assert!(matches!(s.select("deployments.apps", Some("ai"), &sel), Err(Error::Unsupported(..))));
         assert!(matches!(s.select("nodes", None, &sel), Err(Error::NotSynced(_))));
         assert_eq!(s.pod_count(), 4);

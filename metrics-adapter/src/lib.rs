@@ -1,14 +1,18 @@
 //! gpu-metrics-adapter: a Kubernetes aggregated API server for `custom.metrics.k8s.io`
-//! (v1beta1 and v1beta2) that feeds the HorizontalPodAutoscaler with GPU metrics.
+//! (v1beta1 and v1beta2) and `external.metrics.k8s.io` (v1beta1) that feeds the
+//! HorizontalPodAutoscaler with GPU metrics, and with application and external metrics
+//! from Prometheus through this project's rules or prometheus-adapter's configuration.
 //!
 //! Data flows one way:
 //!
 //! ```text
 //! exporters ──scrape──> exposition-parser ──> source::direct::model (Report → Snapshot) ─┐
-//! Prometheus <──PromQL── source::prometheus (rules) ──────────────────────────┤
+//! Prometheus <──PromQL── source::prometheus (rules; series relist) ────────────┤
+//! API discovery ──> catalog (resources prometheus-adapter rules name) ─────────┤
 //! pod/node metadata watch ──> labels (labelSelector) ─────────────────────────┤
 //!                                                                             v
 //! client ──TLS──> server ──> api (auth::authn → path → auth::authz → read) ──> MetricValueList
+//!                                                   (api::external) ──> ExternalMetricValueList
 //! ```
 //!
 //! Pure cores (selector, quantity, the direct-source model, API types and paths,
@@ -18,6 +22,7 @@
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod catalog;
 pub mod certs;
 pub mod config;
 pub mod http_client;

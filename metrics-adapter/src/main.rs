@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::Parser;
 use gpu_metrics_adapter::app::{self, App};
 use gpu_metrics_adapter::certs;
 use gpu_metrics_adapter::config::{Cli, Command, LogFormat};
@@ -33,8 +32,8 @@ async fn shutdown_signal() -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Err(e) = init_logging(cli.args.log_format, &cli.args.log_level) {
+    let cli = Cli::try_parse_compat(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    if let Err(e) = init_logging(cli.args.log_format, &cli.args.effective_log_level()) {
         eprintln!("gpu-metrics-adapter: {e:#}");
         return ExitCode::from(2);
     }

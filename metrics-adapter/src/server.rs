@@ -61,10 +61,28 @@ pub enum ServingCert {
     Slot(Arc<CertSlot>),
 }
 
-/// The TLS configuration: TLS 1.2 and 1.3, h2 and http/1.1, client certificates
-/// requested for the authenticator (no hints: Go clients then send their configured
-/// certificate whatever its issuer).
-pub fn tls(cert: ServingCert) -> Result<Arc<ServerTls>> {
+/// Protocol choices of the serving edge (`--tls-min-version`, `--tls-cipher-suites`,
+/// `--disable-http2`).
+#[derive(Debug, Clone)]
+pub struct Protocols {
+    /// Serve TLS 1.3 only.
+    pub tls13_only: bool,
+    /// The cipher suites offered (`None`: the ring provider's defaults).
+    pub cipher_suites: Option<Vec<rustls::SupportedCipherSuite>>,
+    /// Offer HTTP/2.
+    pub http2: bool,
+}
+
+impl Default for Protocols {
+    fn default() -> Self {
+        Self { tls13_only: false, cipher_suites: None, http2: true }
+    }
+}
+
+/// The TLS configuration: TLS 1.2 and 1.3 (or 1.3 only), h2 and http/1.1 (or http/1.1
+/// only), client certificates requested for the authenticator (no hints: Go clients then
+/// send their configured certificate whatever its issuer).
+pub fn tls(cert: ServingCert, protocols: &Protocols) -> Result<Arc<ServerTls>> {
     let (identity, check_every) = match cert {
         ServingCert::Files { cert, key, check_every } => {
             (Identity::Pem { cert: PemSource::File(cert), key: PemSource::File(key) }, check_every)
@@ -73,6 +91,11 @@ pub fn tls(cert: ServingCert) -> Result<Arc<ServerTls>> {
     };
     let mut settings = TlsSettings::new(identity);
     settings.client_certs = ClientCerts::Request(ClientCertRequest::default());
+    if protocols.tls13_only {
+        settings.versions = vec![&rustls::version::TLS13];
+    }
+    settings.cipher_suites.clone_from(&protocols.cipher_suites);
+    settings.http2 = protocols.http2;
     Ok(Arc::new(ServerTls::new(settings, check_every)?))
 }
 
@@ -106,7 +129,7 @@ mod tests {
             key: dir.path().join("tls.key"),
             check_every: Duration::from_secs(1),
         };
-        let e = tls(cert).unwrap_err().to_string();
+        let e = tls(cert, &Protocols::default()).unwrap_err().to_string();
         assert!(e.contains("cannot read") && e.contains("tls.crt"), "{e}");
     }
 }

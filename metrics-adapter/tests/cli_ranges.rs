@@ -78,6 +78,15 @@ const ROWS: &[Row] = &[
         ["-1s", "1h1ms"],
     ),
     row("scrape-interval", "GPU_METRICS_ADAPTER_SCRAPE_INTERVAL", "100ms to 5m", ["100ms", "5m"], ["0s", "5m1ms"]),
+    row(
+        "metrics-relist-interval",
+        "GPU_METRICS_ADAPTER_METRICS_RELIST_INTERVAL",
+        "1s to 1h",
+        ["1s", "1h"],
+        ["999ms", "1h1ms"],
+    ),
+    row("metrics-max-age", "GPU_METRICS_ADAPTER_METRICS_MAX_AGE", "1s to 24h", ["1s", "24h"], ["999ms", "24h1ms"]),
+    row("v", "GPU_METRICS_ADAPTER_V", "0 to 10", ["0", "10"], ["-1", "11"]),
     row("scrape-timeout", "GPU_METRICS_ADAPTER_SCRAPE_TIMEOUT", "100ms to 5m", ["100ms", "5m"], ["99ms", "5m1ms"]),
     row(
         "scrape-max-bytes",

@@ -22,8 +22,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use clap::{ArgAction, CommandFactory};
+use gpu_metrics_adapter::catalog::Catalog;
 use gpu_metrics_adapter::config::{Args, Cli};
-use gpu_metrics_adapter::source::prometheus::rules;
+use gpu_metrics_adapter::source::prometheus::{adapter, rules};
 use serde_json::{Value, json};
 use test_support::deploy::{self, Render};
 
@@ -129,6 +130,11 @@ const SELF_PROVISIONING_ENV: [&str; 4] = [
     "GPU_METRICS_ADAPTER_SELF_SIGNED_HOSTS",
 ];
 const APISERVICES: [&str; 2] = ["v1beta1.custom.metrics.k8s.io", "v1beta2.custom.metrics.k8s.io"];
+const EXTERNAL_APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
+/// The APIServices whose caBundle the self-provisioning adapter may write (the external
+/// one only when it serves that group and the APIService is installed).
+const CA_BUNDLE_APISERVICES: [&str; 3] =
+    ["v1beta1.custom.metrics.k8s.io", "v1beta1.external.metrics.k8s.io", "v1beta2.custom.metrics.k8s.io"];
 
 #[test]
 fn every_overlay_registers_both_versions_against_the_adapter_service() {
@@ -163,6 +169,36 @@ fn every_overlay_registers_both_versions_against_the_adapter_service() {
             let port = service["spec"]["ports"].as_array().unwrap().iter().find(|p| p["port"] == svc["port"]).unwrap();
             assert_eq!(port["targetPort"], "https");
         }
+    }
+}
+
+#[test]
+fn where_external_metrics_are_installed_the_aggregator_reaches_the_adapter_verified() {
+    let with: Vec<&Render> =
+        renders().iter().filter(|r| find(&r.docs, "APIService", EXTERNAL_APISERVICE).is_some()).collect();
+    assert!(with.iter().any(|r| r.name.starts_with("components: ")), "the component renders nowhere");
+    for r in with {
+        let api = get(r, "APIService", EXTERNAL_APISERVICE);
+        assert_eq!(
+            (api["spec"]["group"].as_str(), api["spec"]["version"].as_str()),
+            (Some("external.metrics.k8s.io"), Some("v1beta1"))
+        );
+        assert!(
+            api["spec"].get("insecureSkipTLSVerify").is_none() && api["spec"].get("caBundle").is_none(),
+            "{}",
+            r.name
+        );
+        let custom = get(r, "APIService", APISERVICES[1]);
+        assert_eq!(api["spec"]["service"], custom["spec"]["service"], "{}: the same adapter Service", r.name);
+        // Its CA comes from where the custom metrics APIServices' comes from.
+        let injected = |a: &Value| a["metadata"]["annotations"].get("cert-manager.io/inject-ca-from").cloned();
+        assert_eq!(injected(api), injected(custom), "{}", r.name);
+        let args = parsed(r);
+        if injected(api).is_none() {
+            assert!(args.tls_ca_bundle_apiservices.iter().any(|a| a == EXTERNAL_APISERVICE), "{}", r.name);
+        }
+        // External metrics need rules that serve them.
+        assert!(args.prometheus_url.is_some(), "{}: external metrics without a Prometheus source", r.name);
     }
 }
 
@@ -241,7 +277,7 @@ fn the_base_provisions_its_own_serving_certificate_with_least_privilege() {
         let mut apiservices: Vec<String> =
             value("GPU_METRICS_ADAPTER_TLS_CA_BUNDLE_APISERVICES").split(',').map(str::to_owned).collect();
         apiservices.sort();
-        assert_eq!(apiservices, APISERVICES);
+        assert_eq!(apiservices, CA_BUNDLE_APISERVICES);
         let args = parsed(r);
         assert!(args.tls_cert_file.is_none() && args.tls_private_key_file.is_none(), "{name}");
         assert!(args.self_signed_hosts.contains(&aggregator_dials(r)), "{name}: {:?}", args.self_signed_hosts);
@@ -258,7 +294,7 @@ fn the_base_provisions_its_own_serving_certificate_with_least_privilege() {
             let mut names = grants(&rules, "apiregistration.k8s.io", "apiservices", verb)
                 .unwrap_or_else(|| panic!("{name}: apiservices {verb}"));
             names.sort();
-            assert_eq!(names, APISERVICES, "{name}: apiservices {verb}");
+            assert_eq!(names, CA_BUNDLE_APISERVICES, "{name}: apiservices {verb}");
         }
         let secret_role = all(&r.docs, "Role")
             .find(|role| {
@@ -442,8 +478,14 @@ fn where_the_prometheus_source_is_on_its_rules_are_mounted_and_valid() {
         let map = get(r, "ConfigMap", volume["configMap"]["name"].as_str().unwrap());
         let key = file.strip_prefix(mount["mountPath"].as_str().unwrap()).unwrap().to_str().unwrap();
         let text = map["data"][key].as_str().unwrap_or_else(|| panic!("{}: ConfigMap has no key {key}", r.name));
-        let parsed = rules::parse(text, key).unwrap_or_else(|e| panic!("{}: {e}", r.name));
-        assert!(parsed.iter().any(|rule| rule.name == "request_latency_ms"));
+        if adapter::is_adapter_format(text) {
+            let parsed = adapter::parse(text, key, &Catalog::builtin()).unwrap_or_else(|e| panic!("{}: {e}", r.name));
+            assert!(parsed.rules.iter().any(|rule| rule.series_query.contains("request_latency_ms")));
+            assert!(parsed.rules.iter().any(|rule| rule.kind == adapter::Kind::External), "{}", r.name);
+        } else {
+            let parsed = rules::parse(text, key).unwrap_or_else(|e| panic!("{}: {e}", r.name));
+            assert!(parsed.iter().any(|rule| rule.name == "request_latency_ms"));
+        }
         assert!(url.starts_with("http://") || url.starts_with("https://"));
     }
     assert!(enabled.contains(&"deploy/overlays/prometheus-operator"), "{enabled:?}");

@@ -176,3 +176,32 @@ async fn exporters_come_from_ready_endpoints_and_pods_from_the_watch() {
     assert!(*ready.hits.lock().unwrap() >= 1);
     a.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_bound_to_system_authenticated_authorizes_every_authenticated_user() {
+    let pki = Pki::new();
+    let exporter = Exporter::start(Behavior::Serve(fixture("node-h100-timesliced.prom"))).await;
+    let fake = Fake::default();
+    *fake.configmap.lock().unwrap() = pki.auth_configmap();
+    // TokenReview answers without system:authenticated, as some webhook authenticators do;
+    // the policy grants metric reads to the group only, as a ClusterRoleBinding to
+    // system:authenticated would.
+    fake.tokens.lock().unwrap().insert("bob-token".into(), ("bob".into(), vec!["team-b".into()]));
+    fake.set_policy(|_, spec| {
+        let groups = spec["groups"].as_array().cloned().unwrap_or_default();
+        (groups.iter().any(|g| g == "system:authenticated"), String::new())
+    });
+    let a = adapter(&pki, &fake, &[format!("--exporter-url={}", exporter.url()), "--scrape-interval=1s".into()]).await;
+    let client = tls_client(&pki, None);
+    let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-inference/pods/%2A/gpu_utilization";
+    let bob = [("authorization", "Bearer bob-token")];
+    support::eventually("metrics for bob", Duration::from_secs(10), async || {
+        get(&client, a.addr, path, &bob).await.status == 200
+    })
+    .await;
+    let body = fake.requests.lock().unwrap().iter().rev().find(|r| r.path == SAR).unwrap().body.clone();
+    let review: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(review["spec"]["user"], "bob");
+    assert_eq!(review["spec"]["groups"], json!(["team-b", "system:authenticated"]));
+    a.stop().await;
+}

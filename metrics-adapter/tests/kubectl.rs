@@ -5,61 +5,11 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gpu_metrics_adapter::certs::Pair;
 use support::apiserver::Fake;
+use support::kubectl::{json, kubeconfig, kubectl};
 use support::{Behavior, Exporter, Pki, fixture, label, quantity, series};
-
-fn kubectl_bin() -> PathBuf {
-    let p = PathBuf::from(std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into()));
-    assert!(p.exists(), "this test needs kubectl at {} (or set KUBECTL)", p.display());
-    p
-}
-
-fn kubeconfig(pki: &Pki, name: &str, port: u16, user: &Pair) -> PathBuf {
-    let ca = pki.write("kubectl-ca.pem", pki.serving_ca.cert_pem());
-    let cert = pki.write(&format!("{name}.pem"), &user.cert_pem);
-    let key = pki.write(&format!("{name}-key.pem"), &user.key_pem);
-    pki.write(
-        &format!("{name}.kubeconfig"),
-        &format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: adapter\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority: {}\n    tls-server-name: localhost\nusers:\n- name: {name}\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: c\n  context:\n    cluster: adapter\n    user: {name}\ncurrent-context: c\n",
-            ca.display(),
-            cert.display(),
-            key.display()
-        ),
-    )
-}
-
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-async fn kubectl(home: &Path, kubeconfig: &Path, path: &str) -> Out {
-    let out = tokio::process::Command::new(kubectl_bin())
-        .env("HOME", home)
-        .env_remove("KUBECONFIG")
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg("--request-timeout=10s")
-        .args(["get", "--raw", path])
-        .output()
-        .await
-        .unwrap();
-    Out {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn json(o: &Out) -> serde_json::Value {
-    assert!(o.ok, "kubectl failed: {}", o.stderr);
-    serde_json::from_str(&o.stdout).unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_reads_metrics_with_a_client_certificate() {

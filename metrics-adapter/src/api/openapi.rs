@@ -65,8 +65,56 @@ fn paths(version: Version, schema_ref: &str, v3: bool) -> Value {
     })
 }
 
-/// The Swagger 2.0 document.
-pub fn v2() -> Value {
+const EXTERNAL_DEF: &str = "io.k8s.metrics.pkg.apis.external_metrics.v1beta1.ExternalMetricValueList";
+
+fn external_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["items"],
+        "properties": {
+            "kind": {"type": "string"},
+            "apiVersion": {"type": "string"},
+            "metadata": {"type": "object"},
+            "items": {"type": "array", "items": {
+                "type": "object",
+                "required": ["metricName", "metricLabels", "timestamp", "value"],
+                "properties": {
+                    "metricName": {"type": "string"},
+                    "metricLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "timestamp": {"type": "string", "format": "date-time"},
+                    "window": {"type": "integer", "format": "int64"},
+                    "value": {"type": "string"}
+                }
+            }}
+        },
+        "x-kubernetes-group-version-kind": [{"group": "external.metrics.k8s.io", "version": "v1beta1", "kind": "ExternalMetricValueList"}]
+    })
+}
+
+fn external_paths(schema_ref: &str, v3: bool) -> Value {
+    let response = if v3 {
+        json!({"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": schema_ref}}}}})
+    } else {
+        json!({"200": {"description": "OK", "schema": {"$ref": schema_ref}}})
+    };
+    json!({
+        "/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/{metric}":
+            {"get": {"operationId": "listExternalMetricv1beta1", "produces": ["application/json"], "responses": response}}
+    })
+}
+
+/// The OpenAPI 3.0 document of `external.metrics.k8s.io/v1beta1`.
+pub fn v3_external() -> Value {
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "gpu-metrics-adapter", "version": env!("CARGO_PKG_VERSION")},
+        "paths": external_paths(&format!("#/components/schemas/{EXTERNAL_DEF}"), true),
+        "components": {"schemas": {EXTERNAL_DEF: external_schema()}},
+    })
+}
+
+/// The Swagger 2.0 document (with the external group when it is served).
+pub fn v2(external: bool) -> Value {
     let mut all_paths = serde_json::Map::new();
     let mut definitions = serde_json::Map::new();
     for v in Version::PREFERRED_FIRST {
@@ -75,6 +123,12 @@ pub fn v2() -> Value {
             all_paths.extend(p);
         }
         definitions.insert(name, metric_value_list_schema(v));
+    }
+    if external {
+        if let Value::Object(p) = external_paths(&format!("#/definitions/{EXTERNAL_DEF}"), false) {
+            all_paths.extend(p);
+        }
+        definitions.insert(EXTERNAL_DEF.to_owned(), external_schema());
     }
     json!({
         "swagger": "2.0",
@@ -96,13 +150,17 @@ pub fn v3_group_version(version: Version) -> Value {
 }
 
 /// The `/openapi/v3` index, with a content hash per group version.
-pub fn v3_index() -> Value {
+pub fn v3_index(external: bool) -> Value {
+    let mut docs: Vec<(String, Value)> =
+        Version::PREFERRED_FIRST.into_iter().map(|v| (v.group_version(), v3_group_version(v))).collect();
+    if external {
+        docs.push(("external.metrics.k8s.io/v1beta1".to_owned(), v3_external()));
+    }
     let mut paths = serde_json::Map::new();
-    for v in Version::PREFERRED_FIRST {
-        let doc = serde_json::to_vec(&v3_group_version(v)).unwrap_or_default();
+    for (gv, doc) in docs {
+        let doc = serde_json::to_vec(&doc).unwrap_or_default();
         let digest = ring::digest::digest(&ring::digest::SHA256, &doc);
         let hash: String = digest.as_ref().iter().map(|b| format!("{b:02X}")).collect();
-        let gv = v.group_version();
         paths.insert(format!("apis/{gv}"), json!({"serverRelativeURL": format!("/openapi/v3/apis/{gv}?hash={hash}")}));
     }
     json!({ "paths": paths })
@@ -114,11 +172,15 @@ mod tests {
 
     #[test]
     fn documents_name_both_versions() {
-        let v2 = v2();
+        let v2 = v2(false);
+        assert!(v2["definitions"].get(EXTERNAL_DEF).is_none());
+        assert!(super::v2(true)["definitions"][EXTERNAL_DEF].is_object());
+        assert!(v3_index(true)["paths"]["apis/external.metrics.k8s.io/v1beta1"].is_object());
+        assert_eq!(v3_external()["openapi"], "3.0.0");
         assert_eq!(v2["swagger"], "2.0");
         assert!(v2["definitions"][def_name(Version::V1Beta1)].is_object());
         assert!(v2["paths"]["/apis/custom.metrics.k8s.io/v1beta2/namespaces/{namespace}/metrics/{metric}"].is_object());
-        let idx = v3_index();
+        let idx = v3_index(false);
         let url = idx["paths"]["apis/custom.metrics.k8s.io/v1beta2"]["serverRelativeURL"].as_str().unwrap();
         assert!(url.starts_with("/openapi/v3/apis/custom.metrics.k8s.io/v1beta2?hash="));
         let doc = v3_group_version(Version::V1Beta1);

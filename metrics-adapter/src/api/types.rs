@@ -296,15 +296,32 @@ fn gv(v: Version) -> GroupVersionForDiscovery {
     GroupVersionForDiscovery { group_version: v.group_version(), version: v.as_str().to_owned() }
 }
 
+impl ApiGroup {
+    /// A group with `versions` (`(group/version, version)`, preferred first); `typed` adds
+    /// kind/apiVersion (a top-level document rather than an entry of `/apis`).
+    pub fn new(typed: bool, name: &'static str, versions: Vec<(String, String)>) -> Self {
+        let versions: Vec<GroupVersionForDiscovery> = versions
+            .into_iter()
+            .map(|(group_version, version)| GroupVersionForDiscovery { group_version, version })
+            .collect();
+        let preferred_version = versions
+            .first()
+            .cloned()
+            .unwrap_or(GroupVersionForDiscovery { group_version: String::new(), version: String::new() });
+        ApiGroup {
+            kind: typed.then_some("APIGroup"),
+            api_version: typed.then_some("v1"),
+            name,
+            versions,
+            preferred_version,
+        }
+    }
+}
+
 /// The `APIGroup` document for this group; `typed` adds kind/apiVersion (top level).
 pub fn api_group(typed: bool) -> ApiGroup {
-    ApiGroup {
-        kind: typed.then_some("APIGroup"),
-        api_version: typed.then_some("v1"),
-        name: GROUP,
-        versions: Version::PREFERRED_FIRST.into_iter().map(gv).collect(),
-        preferred_version: gv(Version::V1Beta2),
-    }
+    let versions = Version::PREFERRED_FIRST.into_iter().map(gv).map(|g| (g.group_version, g.version)).collect();
+    ApiGroup::new(typed, GROUP, versions)
 }
 
 /// `metav1.APIGroupList` with this group.
@@ -316,9 +333,11 @@ pub struct ApiGroupList {
     groups: Vec<ApiGroup>,
 }
 
-/// The `/apis` document.
-pub fn api_group_list() -> ApiGroupList {
-    ApiGroupList { kind: "APIGroupList", api_version: "v1", groups: vec![api_group(false)] }
+/// The `/apis` document: this group, and `more` groups after it.
+pub fn api_group_list(more: Vec<ApiGroup>) -> ApiGroupList {
+    let mut groups = vec![api_group(false)];
+    groups.extend(more);
+    ApiGroupList { kind: "APIGroupList", api_version: "v1", groups }
 }
 
 /// `metav1.APIResource`.
@@ -360,9 +379,16 @@ pub struct ApiResourceList {
     resources: Vec<ApiResource>,
 }
 
+impl ApiResourceList {
+    /// The discovery document of `group_version`.
+    pub fn new(group_version: String, resources: Vec<ApiResource>) -> Self {
+        ApiResourceList { kind: "APIResourceList", api_version: "v1", group_version, resources }
+    }
+}
+
 /// The discovery document of one version.
 pub fn api_resource_list(version: Version, resources: Vec<ApiResource>) -> ApiResourceList {
-    ApiResourceList { kind: "APIResourceList", api_version: "v1", group_version: version.group_version(), resources }
+    ApiResourceList::new(version.group_version(), resources)
 }
 
 #[cfg(test)]
@@ -472,7 +498,7 @@ mod tests {
 
     #[test]
     fn discovery_documents() {
-        let list = serde_json::to_value(api_group_list()).unwrap();
+        let list = serde_json::to_value(api_group_list(Vec::new())).unwrap();
         assert_eq!(list["kind"], "APIGroupList");
         assert_eq!(list["groups"][0]["name"], GROUP);
         assert!(list["groups"][0].get("kind").is_none());

@@ -8,7 +8,11 @@
 //! 2. **Client certificate** chaining to the client CA: user = CN, groups = O.
 //! 3. **Bearer token** through a TokenReview, cached for a short time by SHA-256 of the token.
 //!
-//! Anything else is unauthenticated (401).
+//! Anything else is unauthenticated (401). Every authenticated user carries the group
+//! `system:authenticated`, appended when missing, as Kubernetes' delegating authenticator
+//! adds it (its `AuthenticatedGroupAdder`: not for `system:anonymous`, and not when the
+//! user already has `system:authenticated` or `system:unauthenticated`), so RBAC bound to
+//! that group authorizes here as it does on the API server.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -23,7 +27,7 @@ use rustls::pki_types::CertificateDer;
 
 use super::config::{self, AuthnConfig};
 use super::x509;
-use super::{PeerCertificates, UserInfo};
+use super::{PeerCertificates, SYSTEM_ANONYMOUS, SYSTEM_AUTHENTICATED, SYSTEM_UNAUTHENTICATED, UserInfo};
 
 /// Why a request is not authenticated. Every variant answers 401; the text is for logs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -146,6 +150,17 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
+/// Adds `system:authenticated` to an authenticated user's groups, as Kubernetes'
+/// `AuthenticatedGroupAdder` does: appended last, except for `system:anonymous` and for a
+/// user that already has `system:authenticated` or `system:unauthenticated`.
+pub fn with_authenticated_group(mut user: UserInfo) -> UserInfo {
+    let marked = user.groups.iter().any(|g| g == SYSTEM_AUTHENTICATED || g == SYSTEM_UNAUTHENTICATED);
+    if user.name != SYSTEM_ANONYMOUS && !marked {
+        user.groups.push(SYSTEM_AUTHENTICATED.to_owned());
+    }
+    user
+}
+
 /// Reviews bearer tokens through the Kubernetes API, with a cache.
 pub struct TokenReviewer {
     client: kube::Client,
@@ -245,6 +260,10 @@ impl Authenticator {
 
     /// Authenticates a request from its headers and its connection's certificates.
     pub async fn authenticate(&self, headers: &HeaderMap, certs: Option<&PeerCertificates>) -> Result<UserInfo> {
+        self.identify(headers, certs).await.map(with_authenticated_group)
+    }
+
+    async fn identify(&self, headers: &HeaderMap, certs: Option<&PeerCertificates>) -> Result<UserInfo> {
         let current = self.config.load_full();
         let (generation, cfg) = (&current.0, &current.1);
         let outcome = match certs {
@@ -369,6 +388,32 @@ mod tests {
         assert!(matches!(e, Error::UntrustedHeaders(_)), "{e}");
     }
 
+    #[test]
+    fn authenticated_group_is_added_as_kubernetes_adds_it() {
+        let user = |name: &str, groups: &[&str]| UserInfo {
+            name: name.into(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            ..UserInfo::default()
+        };
+        let groups = |u: UserInfo| with_authenticated_group(u).groups;
+        assert_eq!(groups(user("jane", &[])), ["system:authenticated"]);
+        assert_eq!(groups(user("jane", &["dev"])), ["dev", "system:authenticated"]);
+        // already there, wherever it is: not repeated, order kept
+        assert_eq!(groups(user("jane", &["system:authenticated", "dev"])), ["system:authenticated", "dev"]);
+        // the anonymous user and an unauthenticated identity are left as they are
+        assert!(groups(user("system:anonymous", &[])).is_empty());
+        assert_eq!(groups(user("x", &["system:unauthenticated"])), ["system:unauthenticated"]);
+    }
+
+    #[tokio::test]
+    async fn front_proxy_users_without_the_group_get_it() {
+        let p = pki(&["front-proxy-client"]);
+        let auth = Authenticator::new(p.cfg.clone(), None);
+        let h = headers(&[("x-remote-user", "alice"), ("x-remote-group", "team-a")]);
+        let user = auth.authenticate(&h, Some(&certs(&p.front, "front-proxy-client", &[]))).await.unwrap();
+        assert_eq!(user.groups, ["team-a", "system:authenticated"]);
+    }
+
     #[tokio::test]
     async fn empty_allowed_names_accept_any_front_proxy_cn() {
         let p = pki(&[]);
@@ -384,7 +429,8 @@ mod tests {
         let user =
             auth.authenticate(&HeaderMap::new(), Some(&certs(&p.client, "jane", &["system:masters", "dev"]))).await;
         let user = user.unwrap();
-        assert_eq!((user.name.as_str(), user.groups.len()), ("jane", 2));
+        assert_eq!(user.name, "jane");
+        assert_eq!(user.groups, ["system:masters", "dev", "system:authenticated"]);
         // a certificate from an unknown CA is rejected with the reason
         let stranger = Ca::new("stranger").unwrap();
         let e = auth.authenticate(&HeaderMap::new(), Some(&certs(&stranger, "jane", &[]))).await.unwrap_err();

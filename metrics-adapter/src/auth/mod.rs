@@ -34,6 +34,15 @@ pub struct UserInfo {
 /// The group that bypasses authorization, as in Kubernetes.
 pub const SYSTEM_MASTERS: &str = "system:masters";
 
+/// The group every authenticated user is in, as in Kubernetes.
+pub const SYSTEM_AUTHENTICATED: &str = "system:authenticated";
+
+/// The group of unauthenticated requests (never added here: there is no anonymous user).
+pub const SYSTEM_UNAUTHENTICATED: &str = "system:unauthenticated";
+
+/// The anonymous user's name.
+pub const SYSTEM_ANONYMOUS: &str = "system:anonymous";
+
 /// What a connection's client presented in the TLS handshake, shared by the requests on
 /// that connection; [`authn`] verifies it per request and keeps the outcome per
 /// connection and configuration generation ([`PeerCertificates::memo`]).

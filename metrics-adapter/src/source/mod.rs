@@ -2,16 +2,19 @@
 //!
 //! * [`direct`]: scrapes the GPU exporters (default; no Prometheus needed).
 //! * [`prometheus`]: a Prometheus-compatible query API with rules that map custom metric
-//!   names to PromQL templates (optional).
+//!   names to PromQL templates (optional), in the project's format or prometheus-adapter's;
+//!   the latter's `externalRules` serve external metrics.
 //!
-//! [`Sources`] routes each metric name to the one source that serves it (a name served by
-//! both is refused at start) and lists what exists for discovery.
+//! [`Sources`] routes each metric name to the one source that serves it (a project-format
+//! rule naming a direct-source metric is refused at start; a discovered one is answered
+//! by the direct source) and lists what exists for discovery.
 
 pub mod direct;
 pub mod prometheus;
 
 use std::sync::Arc;
 
+use crate::catalog::Catalog;
 use crate::selector::Selector;
 
 /// Which objects of a resource a request is about.
@@ -58,6 +61,9 @@ pub struct Request<'a> {
     pub metric: &'a str,
     /// `metricLabelSelector`.
     pub metric_selector: &'a Selector,
+    /// How many objects a label selector chose `objects` among (the resource's objects in
+    /// the namespace), when one did.
+    pub among: Option<usize>,
 }
 
 /// One object's value.
@@ -85,38 +91,26 @@ pub enum Error {
     /// The backing system answered something a rule cannot use (500).
     #[error("{0}")]
     Internal(String),
+    /// The rule is wrong: Prometheus refused its query (500, saying so).
+    #[error("{0}")]
+    Config(String),
 }
 
 /// Result alias for this module.
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// How an object of a resource is described in `describedObject`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourceInfo {
-    /// Kind (`Pod`).
-    pub kind: String,
-    /// `apiVersion` as Go adapters write it: `group/version`, so `/v1` for the core group.
-    pub api_version: String,
-    /// Whether objects live in namespaces.
-    pub namespaced: bool,
+pub use crate::catalog::ResourceInfo;
+
+/// How the well-known resources are described (the built-in catalog). Others need
+/// `kind`/`apiVersion` in a rule, or the cluster's catalog.
+pub fn builtin_resource(resource: &str) -> Option<ResourceInfo> {
+    builtin_catalog().by_path_name(resource).map(crate::catalog::Entry::info)
 }
 
-/// Well-known resources. Others need `kind`/`apiVersion` in a rule.
-pub fn builtin_resource(resource: &str) -> Option<ResourceInfo> {
-    let (kind, api_version, namespaced) = match resource {
-        "pods" => ("Pod", "/v1", true),
-        "nodes" => ("Node", "/v1", false),
-        "namespaces" => ("Namespace", "/v1", false),
-        "services" => ("Service", "/v1", true),
-        "deployments.apps" => ("Deployment", "apps/v1", true),
-        "statefulsets.apps" => ("StatefulSet", "apps/v1", true),
-        "replicasets.apps" => ("ReplicaSet", "apps/v1", true),
-        "daemonsets.apps" => ("DaemonSet", "apps/v1", true),
-        "jobs.batch" => ("Job", "batch/v1", true),
-        "ingresses.networking.k8s.io" => ("Ingress", "networking.k8s.io/v1", true),
-        _ => return None,
-    };
-    Some(ResourceInfo { kind: kind.into(), api_version: api_version.into(), namespaced })
+/// The built-in catalog, made once.
+pub fn builtin_catalog() -> &'static Catalog {
+    static BUILTIN: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
+    BUILTIN.get_or_init(Catalog::builtin)
 }
 
 #[cfg(test)]
@@ -180,17 +174,40 @@ impl Sources {
         self.prometheus.as_ref().and_then(|p| p.resource_info(resource)).or_else(|| builtin_resource(resource))
     }
 
-    /// Reads a metric.
-    pub async fn query(&self, which: Which, req: &Request<'_>) -> Result<Vec<Point>> {
+    /// Reads a metric; with the time spent waiting for the backend (Prometheus), if any.
+    pub async fn query(&self, which: Which, req: &Request<'_>) -> Result<(Vec<Point>, Option<std::time::Duration>)> {
         match which {
             Which::Direct => match &self.direct {
-                Some(d) => Ok(d.query(req)),
-                None => Ok(Vec::new()),
+                Some(d) => Ok((d.query(req), None)),
+                None => Ok((Vec::new(), None)),
             },
             Which::Prometheus => match &self.prometheus {
-                Some(p) => p.query(req).await,
-                None => Ok(Vec::new()),
+                Some(p) => p.query(req).await.map(|(points, waited)| (points, Some(waited))),
+                None => Ok((Vec::new(), None)),
             },
+        }
+    }
+
+    /// Whether `external.metrics.k8s.io` is served (external rules are configured).
+    pub fn external_served(&self) -> bool {
+        self.prometheus.as_ref().is_some_and(|p| p.has_external())
+    }
+
+    /// The external metrics to list in discovery now, sorted.
+    pub fn external_listed(&self) -> Vec<String> {
+        self.prometheus.as_ref().map(|p| p.external_listed()).unwrap_or_default()
+    }
+
+    /// Reads an external metric: `None` when no rule found it.
+    pub async fn external(
+        &self,
+        namespace: &str,
+        metric: &str,
+        selector: &Selector,
+    ) -> Result<Option<Vec<prometheus::read::ExternalValue>>> {
+        match &self.prometheus {
+            Some(p) => p.external(namespace, metric, selector).await,
+            None => Ok(None),
         }
     }
 

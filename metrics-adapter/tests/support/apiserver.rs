@@ -1,6 +1,7 @@
 //! An in-test Kubernetes API server speaking the real wire protocol on loopback HTTP:
-//! the authentication ConfigMap, TokenReview, SubjectAccessReview, EndpointSlices, and
-//! metadata list/watch of pods and nodes. It checks the bearer token the adapter presents
+//! the authentication ConfigMap, TokenReview, SubjectAccessReview, EndpointSlices,
+//! metadata list/watch of pods and nodes, and API discovery (`/api/v1`, `/apis`,
+//! `/apis/{group}/{version}`: the built-in groups a cluster serves, plus `groups`). It checks the bearer token the adapter presents
 //! and records every request for assertions.
 
 use std::collections::BTreeMap;
@@ -32,6 +33,10 @@ pub struct Recorded {
 pub type Policy = Arc<dyn Fn(&str, &Value) -> (bool, String) + Send + Sync>;
 
 type Labels = BTreeMap<String, String>;
+/// A discovered resource: (plural, singular, kind, namespaced).
+pub type Resource = (String, String, String, bool);
+/// A group version and its resources.
+pub type GroupVersion = (String, Vec<Resource>);
 type Shared<T> = Arc<Mutex<T>>;
 
 #[derive(Clone)]
@@ -51,6 +56,9 @@ pub struct Fake {
     pub fail_reviews: Arc<std::sync::atomic::AtomicBool>,
     /// Secrets and APIServices (the serving-certificate Secret and caBundle).
     pub objects: super::objects::Store,
+    /// Discovery: API groups beyond the built-in ones, as (group/version, resources as
+    /// (plural, singular, kind, namespaced)).
+    pub groups: Shared<Vec<GroupVersion>>,
 }
 
 impl Default for Fake {
@@ -69,7 +77,99 @@ impl Default for Fake {
             resource_version: Arc::new(Mutex::new(100)),
             fail_reviews: Arc::default(),
             objects: super::objects::Store::default(),
+            groups: Arc::default(),
         }
+    }
+}
+
+type DiscoveryResource = (&'static str, &'static str, &'static str, bool);
+
+/// What a v1.33 API server lists for the groups the tests use (subresources included, as
+/// the real documents have them).
+const CORE_V1: &[DiscoveryResource] = &[
+    ("pods", "pod", "Pod", true),
+    ("pods/log", "", "Pod", true),
+    ("pods/status", "", "Pod", true),
+    ("nodes", "node", "Node", false),
+    ("namespaces", "namespace", "Namespace", false),
+    ("services", "service", "Service", true),
+    ("configmaps", "configmap", "ConfigMap", true),
+    ("events", "event", "Event", true),
+    ("persistentvolumes", "persistentvolume", "PersistentVolume", false),
+    ("persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", true),
+];
+const BUILTIN_GROUPS: &[(&str, &[DiscoveryResource])] = &[
+    (
+        "apps/v1",
+        &[
+            ("deployments", "deployment", "Deployment", true),
+            ("deployments/scale", "", "Scale", true),
+            ("statefulsets", "statefulset", "StatefulSet", true),
+            ("replicasets", "replicaset", "ReplicaSet", true),
+            ("daemonsets", "daemonset", "DaemonSet", true),
+        ],
+    ),
+    ("batch/v1", &[("jobs", "job", "Job", true), ("cronjobs", "cronjob", "CronJob", true)]),
+    ("events.k8s.io/v1", &[("events", "event", "Event", true)]),
+    // An aggregated API that is down: its document answers 503.
+    ("flaky.example.com/v1", &[]),
+    // This adapter's group: never read (it lists metrics, not resources).
+    ("custom.metrics.k8s.io/v1beta2", &[]),
+];
+
+fn resource_list(gv: &str, resources: impl Iterator<Item = Resource>) -> Value {
+    let resources: Vec<Value> = resources
+        .map(|(name, singular, kind, namespaced)| {
+            json!({"name": name, "singularName": singular, "namespaced": namespaced, "kind": kind, "verbs": ["get", "list", "watch"]})
+        })
+        .collect();
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
+}
+
+fn owned(r: &[DiscoveryResource]) -> impl Iterator<Item = Resource> + '_ {
+    r.iter().map(|(n, s, k, ns)| ((*n).to_owned(), (*s).to_owned(), (*k).to_owned(), *ns))
+}
+
+impl Fake {
+    fn all_groups(&self) -> Vec<GroupVersion> {
+        let mut all: Vec<GroupVersion> =
+            BUILTIN_GROUPS.iter().map(|(gv, r)| ((*gv).to_owned(), owned(r).collect())).collect();
+        all.extend(self.groups.lock().unwrap().iter().cloned());
+        all
+    }
+}
+
+async fn core_resources(State(fake): State<Fake>) -> Response {
+    fake.record("GET", "/api/v1", "", "");
+    json_response(resource_list("v1", owned(CORE_V1)))
+}
+
+async fn api_groups(State(fake): State<Fake>) -> Response {
+    fake.record("GET", "/apis", "", "");
+    let groups: Vec<Value> = fake
+        .all_groups()
+        .iter()
+        .map(|(gv, _)| {
+            let (group, version) = gv.split_once('/').unwrap();
+            let v = json!({"groupVersion": gv, "version": version});
+            json!({"name": group, "versions": [v.clone()], "preferredVersion": v})
+        })
+        .collect();
+    json_response(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
+}
+
+async fn group_resources(
+    State(fake): State<Fake>,
+    axum::extract::Path((group, version)): axum::extract::Path<(String, String)>,
+) -> Response {
+    let gv = format!("{group}/{version}");
+    fake.record("GET", &format!("/apis/{gv}"), "", "");
+    if gv == "flaky.example.com/v1" {
+        return status(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", "the aggregated API is down");
+    }
+    match fake.all_groups().into_iter().find(|(g, _)| *g == gv) {
+        Some((_, resources)) => json_response(resource_list(&gv, resources.into_iter())),
+        None => status(StatusCode::NOT_FOUND, "NotFound", &format!("no group version {gv}")),
     }
 }
 
@@ -127,6 +227,9 @@ impl Fake {
             .route("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", get(endpoint_slices))
             .route("/api/v1/pods", get(pods))
             .route("/api/v1/nodes", get(nodes))
+            .route("/api/v1", get(core_resources))
+            .route("/apis", get(api_groups))
+            .route("/apis/{group}/{version}", get(group_resources))
             .merge(self.objects.router())
             .fallback(|req: axum::extract::Request| async move {
                 status(StatusCode::NOT_FOUND, "NotFound", &format!("no route for {}", req.uri()))

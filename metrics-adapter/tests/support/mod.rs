@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod apiserver;
+pub mod kubectl;
 pub mod kustomize;
 pub mod node;
 pub mod objects;

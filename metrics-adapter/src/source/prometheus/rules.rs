@@ -107,6 +107,8 @@ pub struct ResourceRule {
 /// A validated rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
+    /// 1-based position in the file.
+    pub index: usize,
     /// Custom metric name.
     pub name: String,
     /// PromQL template.
@@ -181,7 +183,14 @@ fn validate(raw: RawRule) -> std::result::Result<Rule, String> {
             Some(parse_window(&w).ok_or_else(|| format!("window {w:?} is not a whole-second duration like 2m"))?)
         }
     };
-    Ok(Rule { name: raw.name, query: raw.query, resources, namespace_label, window_seconds })
+    Ok(Rule { index: 0, name: raw.name, query: raw.query, resources, namespace_label, window_seconds })
+}
+
+impl Rule {
+    /// `rule 2 (request_latency_ms)`, as errors name it.
+    pub fn id(&self) -> String {
+        format!("rule {} ({})", self.index, self.name)
+    }
 }
 
 /// Parses and validates a rules document; `path` names it in errors.
@@ -193,7 +202,8 @@ pub fn parse(text: &str, path: &str) -> Result<Vec<Rule>> {
     for (i, raw) in file.rules.into_iter().enumerate() {
         let name = raw.name.clone();
         let fail = |reason: String| Error::Rule { path: path.to_owned(), index: i + 1, name: name.clone(), reason };
-        let rule = validate(raw).map_err(fail)?;
+        let mut rule = validate(raw).map_err(fail)?;
+        rule.index = i + 1;
         for resource in rule.resources.keys() {
             if !seen.insert((rule.name.clone(), resource.clone())) {
                 return Err(fail(format!("metric {} for {resource} is already defined by an earlier rule", rule.name)));

@@ -15,6 +15,8 @@
 //! (`500ms`, `15s`, `1m30s`, `1.5h`, `43800h`; its doc states the whole syntax), as is
 //! the `window` of a Prometheus rule.
 
+pub mod compat;
+
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -56,6 +58,20 @@ pub struct Cli {
     /// Serving options.
     #[command(flatten)]
     pub args: Args,
+}
+
+impl Cli {
+    /// Parses a command line (program name first) after [`compat::normalize`]; a flag of
+    /// prometheus-adapter's that is not implemented is an error saying so.
+    pub fn try_parse_compat<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let args = compat::normalize(args.into_iter().map(Into::into).collect())
+            .map_err(|r| clap::Error::raw(clap::error::ErrorKind::UnknownArgument, format!("{r}\n")))?;
+        Cli::try_parse_from(args)
+    }
 }
 
 /// Subcommands.
@@ -203,16 +219,18 @@ pub struct Args {
     #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_CONFIG_REFRESH", value_parser = Bounded::duration(parse_duration, ms(100), secs(HOUR)), default_value = "60s")]
     pub authentication_config_refresh: Duration,
     /// How long TokenReview answers are cached, 0s to 1h (0s: not cached). A revoked token
-    /// keeps working this long.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_TOKEN_CACHE_TTL", value_parser = Bounded::duration(parse_duration, secs(0), secs(HOUR)), default_value = "10s")]
+    /// keeps working this long. Also read as --authentication-token-webhook-cache-ttl.
+    #[arg(long, alias = "authentication-token-webhook-cache-ttl", env = "GPU_METRICS_ADAPTER_AUTHENTICATION_TOKEN_CACHE_TTL", value_parser = Bounded::duration(parse_duration, secs(0), secs(HOUR)), default_value = "10s")]
     pub authentication_token_cache_ttl: Duration,
     /// How long SubjectAccessReview allows are cached, 0s to 1h (0s: not cached). A
-    /// withdrawn permission keeps working this long.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_ALLOW_TTL", value_parser = Bounded::duration(parse_duration, secs(0), secs(HOUR)), default_value = "10s")]
+    /// withdrawn permission keeps working this long. Also read as
+    /// --authorization-webhook-cache-authorized-ttl.
+    #[arg(long, alias = "authorization-webhook-cache-authorized-ttl", env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_ALLOW_TTL", value_parser = Bounded::duration(parse_duration, secs(0), secs(HOUR)), default_value = "10s")]
     pub authorization_cache_allow_ttl: Duration,
     /// How long SubjectAccessReview denials are cached, 0s to 1h (0s: not cached). A
-    /// granted permission takes this long to work.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_DENY_TTL", value_parser = Bounded::duration(parse_duration, secs(0), secs(HOUR)), default_value = "10s")]
+    /// granted permission takes this long to work. Also read as
+    /// --authorization-webhook-cache-unauthorized-ttl.
+    #[arg(long, alias = "authorization-webhook-cache-unauthorized-ttl", env = "GPU_METRICS_ADAPTER_AUTHORIZATION_CACHE_DENY_TTL", value_parser = Bounded::duration(parse_duration, secs(0), secs(HOUR)), default_value = "10s")]
     pub authorization_cache_deny_ttl: Duration,
 
     /// Serve GPU metrics scraped directly from the exporters.
@@ -267,9 +285,27 @@ pub struct Args {
     /// Prometheus-compatible query API base URL; enables the Prometheus source.
     #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_URL", requires = "prometheus_rules_file")]
     pub prometheus_url: Option<String>,
-    /// Rules mapping custom metric names to PromQL templates.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_RULES_FILE", requires = "prometheus_url")]
+    /// Rules mapping custom and external metrics to PromQL: this project's rules format or
+    /// prometheus-adapter's configuration file, told apart by their fields. Also read as
+    /// --config, prometheus-adapter's name for it.
+    #[arg(long, alias = "config", env = "GPU_METRICS_ADAPTER_PROMETHEUS_RULES_FILE", requires = "prometheus_url")]
     pub prometheus_rules_file: Option<PathBuf>,
+    /// How often prometheus-adapter rules re-discover their series (/api/v1/series), 1s
+    /// to 1h. New metrics appear in API discovery this late; each relist asks Prometheus
+    /// once per distinct seriesQuery.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_METRICS_RELIST_INTERVAL", value_parser = Bounded::duration(parse_duration, secs(1), secs(HOUR)), default_value = "1m")]
+    pub metrics_relist_interval: Duration,
+    /// How far back discovery looks for series, 1s to 24h, and at least
+    /// --metrics-relist-interval (default: that interval). A series last seen longer ago
+    /// is not discovered.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_METRICS_MAX_AGE", value_parser = Bounded::duration(parse_duration, secs(1), secs(24 * HOUR)))]
+    pub metrics_max_age: Option<Duration>,
+    /// Query a label selection of many pods (64 or more, at least half of their namespace)
+    /// namespace-wide and keep the selected pods' values, instead of sending a regex of
+    /// every name (see NOTES.md, "Prometheus path"). Rules whose query compares the
+    /// selected objects with each other should turn this off.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_NAMESPACE_WIDE_QUERIES", action = clap::ArgAction::Set, default_value_t = true)]
+    pub prometheus_namespace_wide_queries: bool,
     /// Deadline for one Prometheus query, 100ms to 5m (Prometheus' own default query
     /// timeout is 2m).
     #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_TIMEOUT", value_parser = Bounded::duration(parse_duration, ms(100), secs(300)), default_value = "5s")]
@@ -280,9 +316,31 @@ pub struct Args {
     /// CA bundle to verify Prometheus served over HTTPS.
     #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_CA_FILE")]
     pub prometheus_ca_file: Option<PathBuf>,
-    /// File holding a bearer token sent to Prometheus.
-    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_BEARER_TOKEN_FILE")]
+    /// Client certificate (PEM chain) presented to Prometheus.
+    #[arg(
+        long,
+        env = "GPU_METRICS_ADAPTER_PROMETHEUS_CLIENT_TLS_CERT_FILE",
+        requires = "prometheus_client_tls_key_file"
+    )]
+    pub prometheus_client_tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of --prometheus-client-tls-cert-file.
+    #[arg(
+        long,
+        env = "GPU_METRICS_ADAPTER_PROMETHEUS_CLIENT_TLS_KEY_FILE",
+        requires = "prometheus_client_tls_cert_file"
+    )]
+    pub prometheus_client_tls_key_file: Option<PathBuf>,
+    /// File holding a bearer token sent to Prometheus. Also read as --prometheus-token-file.
+    #[arg(long, alias = "prometheus-token-file", env = "GPU_METRICS_ADAPTER_PROMETHEUS_BEARER_TOKEN_FILE")]
     pub prometheus_bearer_token_file: Option<PathBuf>,
+    /// A header sent with every Prometheus request, Name=value; repeatable (for example
+    /// X-Scope-OrgID=team-a for Mimir).
+    #[arg(long = "prometheus-header", env = "GPU_METRICS_ADAPTER_PROMETHEUS_HEADER")]
+    pub prometheus_headers: Vec<String>,
+    /// HTTP method of Prometheus requests: POST (a form body; long label selections fit)
+    /// or GET.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_PROMETHEUS_VERB", default_value = "POST", value_parser = ["GET", "POST"])]
+    pub prometheus_verb: String,
 
     /// Longest request target accepted (414 beyond), bytes, 1024 to 1048576 (1 KiB to 1
     /// MiB). Below 1 KiB a request with a label selector is refused; above, a client holds
@@ -298,8 +356,52 @@ pub struct Args {
     #[arg(long, env = "GPU_METRICS_ADAPTER_SHUTDOWN_DRAIN", value_parser = Bounded::duration(parse_duration, secs(0), secs(300)), default_value = "20s")]
     pub shutdown_drain: Duration,
 
-    /// Log format.
-    #[arg(long = "log.format", env = "GPU_METRICS_ADAPTER_LOG_FORMAT", value_enum, default_value = "text")]
+    /// Directory for the serving certificate when neither --tls-cert-file nor
+    /// --tls-secret-name is given: apiserver.crt and apiserver.key there are served, and
+    /// made (self-signed) when missing, as Kubernetes API servers do.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_CERT_DIR")]
+    pub cert_dir: Option<PathBuf>,
+    /// Oldest TLS version served: VersionTLS12 (TLS 1.2 and 1.3) or VersionTLS13; the
+    /// Go names VersionTLS10 and VersionTLS11 are read as VersionTLS12 (rustls has no
+    /// older versions).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_MIN_VERSION", value_parser = ["VersionTLS10", "VersionTLS11", "VersionTLS12", "VersionTLS13"])]
+    pub tls_min_version: Option<String>,
+    /// TLS 1.2 cipher suites to offer, by their Go names; TLS 1.3 suites are always
+    /// offered, as in Go. Names of suites rustls does not implement (CBC, RSA key exchange)
+    /// are left out with a warning; a list of only those is refused.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_CIPHER_SUITES", value_delimiter = ',')]
+    pub tls_cipher_suites: Vec<String>,
+    /// Serve HTTP/1.1 only.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_DISABLE_HTTP2")]
+    pub disable_http2: bool,
+    /// prometheus-adapter's kubeconfig flags, read as --kubeconfig: given together they
+    /// must name the same file (one client serves listing, authentication and
+    /// authorization here).
+    #[arg(long, env = "GPU_METRICS_ADAPTER_LISTER_KUBECONFIG")]
+    pub lister_kubeconfig: Option<PathBuf>,
+    /// See --lister-kubeconfig.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHENTICATION_KUBECONFIG")]
+    pub authentication_kubeconfig: Option<PathBuf>,
+    /// See --lister-kubeconfig.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_AUTHORIZATION_KUBECONFIG")]
+    pub authorization_kubeconfig: Option<PathBuf>,
+    /// klog's verbosity, 0 to 10, as prometheus-adapter takes it: up to 3 logs at info, 4
+    /// and 5 at debug, 6 and more at trace. Overrides --log.level when given.
+    #[arg(long = "v", short = 'v', env = "GPU_METRICS_ADAPTER_V", value_parser = Bounded::number(0u8, 10))]
+    pub verbosity: Option<u8>,
+    /// klog's --logtostderr: logs always go to standard error here, so only true is
+    /// accepted.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_LOGTOSTDERR", action = clap::ArgAction::Set, default_value_t = true)]
+    pub logtostderr: bool,
+
+    /// Log format. Also read as --logging-format (Kubernetes components' name).
+    #[arg(
+        long = "log.format",
+        alias = "logging-format",
+        env = "GPU_METRICS_ADAPTER_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
     /// Log filter (tracing env-filter syntax, e.g. `info` or `gpu_metrics_adapter=debug`).
     #[arg(long = "log.level", env = "GPU_METRICS_ADAPTER_LOG_LEVEL", default_value = "info")]
@@ -313,7 +415,31 @@ impl Args {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        Cli::try_parse_from(args).map(|c| c.args)
+        Cli::try_parse_compat(args).map(|c| c.args)
+    }
+
+    /// The log filter in force: `--v` mapped as klog levels map, else `--log.level`.
+    pub fn effective_log_level(&self) -> String {
+        match self.verbosity {
+            None => self.log_level.clone(),
+            Some(0..=3) => "info".into(),
+            Some(4 | 5) => "debug".into(),
+            Some(_) => "trace".into(),
+        }
+    }
+
+    /// The kubeconfig in force: --kubeconfig, else prometheus-adapter's kubeconfig flags.
+    pub fn effective_kubeconfig(&self) -> Option<&std::path::Path> {
+        self.kubeconfig
+            .as_deref()
+            .or(self.lister_kubeconfig.as_deref())
+            .or(self.authentication_kubeconfig.as_deref())
+            .or(self.authorization_kubeconfig.as_deref())
+    }
+
+    /// `--metrics-max-age`, defaulting to `--metrics-relist-interval`.
+    pub fn effective_metrics_max_age(&self) -> Duration {
+        self.metrics_max_age.unwrap_or(self.metrics_relist_interval)
     }
 }
 
@@ -363,6 +489,68 @@ mod tests {
         }
         let text = Args::parse_from_args(["x", "--scrape-concurrency=0"]).unwrap_err().to_string();
         assert!(text.contains("0 is outside the valid range 1 to 5000"), "{text}");
+    }
+
+    #[test]
+    fn prometheus_adapter_command_lines_parse() {
+        // The helm chart's container arguments.
+        let helm = Args::parse_from_args([
+            "gpu-metrics-adapter",
+            "/adapter",
+            "--secure-port=6443",
+            "--cert-dir=/tmp/cert",
+            "--prometheus-url=http://prometheus.default.svc:9090",
+            "--metrics-relist-interval=1m",
+            "--v=4",
+            "--config=/etc/adapter/config.yaml",
+        ])
+        .unwrap();
+        assert_eq!(helm.prometheus_rules_file.as_deref(), Some(std::path::Path::new("/etc/adapter/config.yaml")));
+        assert_eq!(helm.metrics_relist_interval, secs(60));
+        assert_eq!(helm.effective_metrics_max_age(), secs(60));
+        assert_eq!(helm.effective_log_level(), "debug");
+        assert_eq!(helm.cert_dir.as_deref(), Some(std::path::Path::new("/tmp/cert")));
+        // kube-prometheus' container arguments.
+        let kp = Args::parse_from_args([
+            "x",
+            "--cert-dir=/var/run/serving-cert",
+            "--config=/etc/adapter/config.yaml",
+            "--logtostderr=true",
+            "--metrics-relist-interval=1m",
+            "--prometheus-url=http://prometheus-k8s.monitoring.svc:9090/",
+            "--secure-port=6443",
+            "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+        ])
+        .unwrap();
+        assert_eq!(kp.tls_cipher_suites.len(), 2);
+        assert!(kp.logtostderr);
+        let more = Args::parse_from_args([
+            "x",
+            "--prometheus-url=https://thanos:9091",
+            "--config=c.yaml",
+            "--prometheus-token-file=/var/run/secrets/token",
+            "--prometheus-header=X-Scope-OrgID=team-a",
+            "--prometheus-verb=GET",
+            "--metrics-max-age=5m",
+            "--lister-kubeconfig=/k",
+            "--authentication-token-webhook-cache-ttl=30s",
+            "--authorization-webhook-cache-unauthorized-ttl=5s",
+            "--logging-format=json",
+            "--disable-http2",
+            "--tls-min-version=VersionTLS13",
+        ])
+        .unwrap();
+        assert_eq!(more.prometheus_bearer_token_file.as_deref(), Some(std::path::Path::new("/var/run/secrets/token")));
+        assert_eq!((more.prometheus_verb.as_str(), more.prometheus_headers.len()), ("GET", 1));
+        assert_eq!(more.effective_metrics_max_age(), secs(300));
+        assert_eq!(more.effective_kubeconfig(), Some(std::path::Path::new("/k")));
+        assert_eq!(more.authentication_token_cache_ttl, secs(30));
+        assert_eq!(more.authorization_cache_deny_ttl, secs(5));
+        assert_eq!(more.log_format, LogFormat::Json);
+        let e = Args::parse_from_args(["x", "--prometheus-auth-incluster"]).unwrap_err().to_string();
+        assert!(e.contains("does not implement") && e.contains("--prometheus-token-file"), "{e}");
+        assert!(Args::parse_from_args(["x", "--prometheus-verb=PUT"]).is_err());
+        assert!(Args::parse_from_args(["x", "--tls-min-version=VersionTLS14"]).is_err());
     }
 
     #[test]
