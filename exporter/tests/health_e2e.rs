@@ -412,8 +412,10 @@ fn xid_79_on_a_claimed_gpu_of_the_dra_node_taints_that_device_and_never_cordons(
     let n = api.node("dra-node");
     assert!(n["spec"].get("unschedulable").is_none() && !has_our_taint(&n), "the node stays schedulable: {n}");
     assert!(!api.writes().iter().any(touches_scheduling), "no cordon and no node taint was ever written");
+    // The metrics follow the loop's view, published once the reconcile is done.
+    wait_for(Duration::from_secs(5), || e.value("gpu_health_gpu_quarantined", &[("gpu", "0")]) == Some(1.0))
+        .unwrap_or_else(|| panic!("GPU 0 held in the metrics; logs:\n{}", e.logs()));
     let m = e.metrics();
-    assert_eq!(sample(&m, "gpu_health_gpu_quarantined", &[("gpu", "0")]), Some(1.0));
     assert_eq!(sample(&m, "gpu_health_gpu_quarantined", &[("gpu", "1")]), Some(0.0));
     assert_eq!(sample(&m, "gpu_health_node_quarantined", &[]), Some(0.0));
     api.assert_no_failures();
