@@ -219,11 +219,18 @@ fn direct_source(
         return Ok(None);
     }
     let targets = exporter_targets(args, client)?;
+    if args.scrape_timeout > args.scrape_interval {
+        tracing::info!(
+            timeout = ?args.scrape_timeout,
+            interval = ?args.scrape_interval,
+            "--scrape-timeout is longer than --scrape-interval: scrapes give up at the interval"
+        );
+    }
     let http = HttpClient::new(args.exporter_ca_file.as_deref(), 0)
         .map_err(|e| Error::Config(format!("--exporter-ca-file: {e}")))?;
     let cfg = direct::Config {
         interval: args.scrape_interval,
-        timeout: args.scrape_timeout,
+        timeout: args.effective_scrape_timeout(),
         max_age: args.max_age,
         limits: Limits { max_bytes: args.scrape_max_bytes, ..Limits::default() },
         concurrency: args.scrape_concurrency,

@@ -7,17 +7,10 @@ use anyhow::Context as _;
 use gpu_metrics_adapter::app::{self, App};
 use gpu_metrics_adapter::certs;
 use gpu_metrics_adapter::config::{Cli, Command, LogFormat};
-use tracing_subscriber::EnvFilter;
 
 fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
-    let filter = EnvFilter::try_new(level).with_context(|| format!("--log.level {level:?}"))?;
-    // Colour only on a terminal: container logs and log pipelines get plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
+    let filter = logging::parse_log_filter(level).map_err(|e| anyhow::anyhow!("--log.level {level:?}: {e}"))?;
+    logging::init(filter, format);
     Ok(())
 }
 

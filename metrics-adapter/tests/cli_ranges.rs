@@ -193,3 +193,15 @@ fn a_refusal_through_the_log_is_plain_text_off_a_terminal() {
     assert!(stderr.contains("--exporter-url"), "{stderr}");
     assert!(!stderr.contains('\u{1b}'), "escape codes in {stderr:?}");
 }
+
+#[test]
+fn a_log_level_that_is_no_level_stops_the_binary_naming_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-metrics-adapter"))
+        .env_clear()
+        .args(["--standalone", "--log.level=info,gpu_metrics_adapter=loud"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--log.level") && stderr.contains("\"loud\" is not a level"), "{stderr}");
+}

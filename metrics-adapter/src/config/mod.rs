@@ -21,7 +21,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
+use clap::{Args as ClapArgs, Parser, Subcommand};
 use flag_ranges::parse_duration;
 pub use flag_ranges::{Bounded, show_duration};
 
@@ -38,14 +38,8 @@ const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;
 const GIB: usize = 1024 * 1024 * 1024;
 
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+/// Log output format, as every binary of the project writes it.
+pub use logging::LogFormat;
 
 /// gpu-metrics-adapter: the Kubernetes custom metrics API (custom.metrics.k8s.io) for GPU
 /// metrics, scraping the GPU exporters directly and optionally querying Prometheus.
@@ -264,8 +258,10 @@ pub struct Args {
     /// and the HPA syncs every 15s; above 5m the HPA scales on stale load.
     #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_INTERVAL", value_parser = Bounded::duration(parse_duration, ms(100), secs(300)), default_value = "15s")]
     pub scrape_interval: Duration,
-    /// Deadline for one exporter's answer, 100ms to 5m. An exporter renders its last
-    /// snapshot and answers in milliseconds; one that takes minutes is down.
+    /// Deadline for one exporter's answer, 100ms to 5m, and never more than
+    /// --scrape-interval (a longer one is cut to the interval, so one slow exporter
+    /// cannot make a scrape cycle overrun the next). An exporter renders its last snapshot
+    /// and answers in milliseconds; one that takes minutes is down.
     #[arg(long, env = "GPU_METRICS_ADAPTER_SCRAPE_TIMEOUT", value_parser = Bounded::duration(parse_duration, ms(100), secs(300)), default_value = "5s")]
     pub scrape_timeout: Duration,
     /// Largest exporter payload accepted, bytes, 4096 to 1073741824 (4 KiB to 1 GiB). An
@@ -403,7 +399,9 @@ pub struct Args {
         default_value = "text"
     )]
     pub log_format: LogFormat,
-    /// Log filter (tracing env-filter syntax, e.g. `info` or `gpu_metrics_adapter=debug`).
+    /// Log filter: a level (error, warn, info, debug, trace, off) and optionally
+    /// comma-separated target=level pairs (e.g. `info,gpu_metrics_adapter::source=debug`),
+    /// the exporter's syntax. `--v` (klog verbosity) overrides it.
     #[arg(long = "log.level", env = "GPU_METRICS_ADAPTER_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
 }
@@ -437,6 +435,11 @@ impl Args {
             .or(self.authorization_kubeconfig.as_deref())
     }
 
+    /// The scrape deadline in force: --scrape-timeout, at most --scrape-interval.
+    pub fn effective_scrape_timeout(&self) -> Duration {
+        self.scrape_timeout.min(self.scrape_interval)
+    }
+
     /// `--metrics-max-age`, defaulting to `--metrics-relist-interval`.
     pub fn effective_metrics_max_age(&self) -> Duration {
         self.metrics_max_age.unwrap_or(self.metrics_relist_interval)
@@ -454,6 +457,10 @@ mod tests {
             Args::parse_from_args(["x", "--scrape-interval=1m30s", "--scrape-timeout=250ms", "--max-age=2m"]).unwrap();
         assert_eq!(a.scrape_interval, Duration::from_secs(90));
         assert_eq!(a.scrape_timeout, Duration::from_millis(250));
+        assert_eq!(a.effective_scrape_timeout(), Duration::from_millis(250));
+        let short = Args::parse_from_args(["x", "--scrape-interval=1s"]).unwrap();
+        assert_eq!(short.scrape_timeout, Duration::from_secs(5), "the default is kept as given");
+        assert_eq!(short.effective_scrape_timeout(), Duration::from_secs(1), "and cut to the interval");
         assert_eq!(a.max_age, Duration::from_secs(120));
         assert_eq!(Args::parse_from_args(["x", "--shutdown-drain=0"]).unwrap().shutdown_drain, Duration::ZERO);
         // Decimals are read on the last unit, as Go and Prometheus read them.
