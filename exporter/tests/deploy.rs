@@ -21,16 +21,16 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use clap::{ArgAction, CommandFactory, Parser};
+use clap::{CommandFactory, Parser};
 use gpu_exporter::config::Args;
 use serde_json::{Value, json};
-use test_support::deploy::{self, Render};
+use test_support::deploy::{self, PodContext, Render};
 
 // ---- rendering -----------------------------------------------------------------------
 
@@ -1058,60 +1058,18 @@ fn image_names_and_tags_live_only_in_the_base_kustomization() {
 /// container runtime reads them to mount the driver's libnvidia-ml.so.1 and the devices.
 const NOT_FOR_THE_BINARY: &[&str] = &["NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"];
 
-/// The value a container's environment variable has at run time.
-fn env_value(r: &Render, doc: &Value, var: &Value) -> String {
-    if let Some(v) = var.get("value") {
-        return v.as_str().unwrap().to_owned();
-    }
-    let field = var["valueFrom"]["fieldRef"]["fieldPath"].as_str();
-    match field {
-        Some("metadata.namespace") => doc["metadata"]["namespace"].as_str().unwrap().to_owned(),
-        Some("spec.nodeName") => "gpu-node-1".into(),
-        Some("metadata.name") => "pod-0".into(),
-        _ => panic!("{}: cannot resolve {var} (teach env_value how)", r.name),
-    }
-}
-
-/// argv from the container's args and environment, as clap would take the environment:
-/// a variable counts only where the flag is not given.
-fn argv_with_env(r: &Render, doc: &Value, container: &Value, command: &clap::Command, program: &str) -> Vec<String> {
-    let args: Vec<String> = strings(&container["args"]).into_iter().map(str::to_owned).collect();
-    let known: BTreeMap<String, &clap::Arg> =
-        command.get_arguments().filter_map(|a| Some((a.get_env()?.to_str()?.to_owned(), a))).collect();
-    let mut argv = vec![program.to_owned()];
-    for var in container["env"].as_array().into_iter().flatten() {
-        let name = var["name"].as_str().unwrap();
-        if NOT_FOR_THE_BINARY.contains(&name) {
-            continue;
-        }
-        let arg = known.get(name).unwrap_or_else(|| {
-            panic!("{}: {program} does not read the environment variable {name} (not the env of any flag)", r.name)
-        });
-        let long = arg.get_long().unwrap();
-        if args.iter().any(|a| a == &format!("--{long}") || a.starts_with(&format!("--{long}="))) {
-            continue;
-        }
-        let value = env_value(r, doc, var);
-        match arg.get_action() {
-            ArgAction::SetTrue => {
-                if !["", "0", "false", "no", "off", "n", "f"].contains(&value.to_lowercase().as_str()) {
-                    argv.push(format!("--{long}"));
-                }
-            }
-            _ => argv.push(format!("--{long}={value}")),
-        }
-    }
-    argv.extend(args);
-    argv
+/// The exporter's command line in `r`, its environment resolved as on node `gpu-node-1`.
+fn exporter_argv(r: &Render, command: &clap::Command) -> Vec<String> {
+    let pod = PodContext { render: &r.name, workload: daemonset(r), pod: "pod-0", node: "gpu-node-1" };
+    pod.argv(exporter_container(r), command, "gpu-exporter", NOT_FOR_THE_BINARY)
 }
 
 #[test]
 fn every_overlay_passes_flags_and_variables_the_exporter_accepts() {
     let command = Args::command();
     for r in renders() {
-        let ds = daemonset(r);
         let container = exporter_container(r);
-        let argv = argv_with_env(r, ds, container, &command, "gpu-exporter");
+        let argv = exporter_argv(r, &command);
         let args = Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{}: {argv:?}: {e}", r.name));
         args.validate().unwrap_or_else(|e| panic!("{}: {argv:?}: {e}", r.name));
         // The variables landed where the program reads them.
@@ -1132,7 +1090,7 @@ fn every_overlay_passes_flags_and_variables_the_exporter_accepts() {
 fn the_health_loop_ships_in_dry_run_and_the_enforce_component_turns_it_on() {
     let command = Args::command();
     for r in renders() {
-        let argv = argv_with_env(r, daemonset(r), exporter_container(r), &command, "gpu-exporter");
+        let argv = exporter_argv(r, &command);
         let args = Args::try_parse_from(&argv).unwrap();
         assert!(args.health.enabled, "{}", r.name);
         // Every component together includes health-enforce; nothing else may enforce.

@@ -17,16 +17,15 @@
 //! `exporter/tests/deploy.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use clap::{ArgAction, CommandFactory};
+use clap::CommandFactory;
 use gpu_metrics_adapter::catalog::Catalog;
 use gpu_metrics_adapter::config::{Args, Cli};
 use gpu_metrics_adapter::source::prometheus::{adapter, rules};
 use serde_json::{Value, json};
-use test_support::deploy::{self, Render};
+use test_support::deploy::{self, PodContext, Render};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().canonicalize().unwrap()
@@ -71,51 +70,15 @@ fn env_var<'a>(c: &'a Value, name: &str) -> Option<&'a Value> {
     c["env"].as_array().into_iter().flatten().find(|e| e["name"] == name)
 }
 
-fn env_value(r: &Render, var: &Value) -> String {
-    if let Some(v) = var.get("value") {
-        return v.as_str().unwrap().to_owned();
-    }
-    match var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
-        Some("metadata.namespace") => deployment(r)["metadata"]["namespace"].as_str().unwrap().to_owned(),
-        Some("metadata.name") => "gpu-metrics-adapter-0".into(),
-        Some("spec.nodeName") => "node-1".into(),
-        _ => panic!("{}: cannot resolve {var} (teach env_value how)", r.name),
-    }
-}
-
 /// argv from the container's args and environment, the environment applied as clap
 /// applies it: a variable counts only where its flag is not given.
 fn argv(r: &Render) -> Vec<String> {
-    let c = container(r);
-    let args: Vec<String> = strings(&c["args"]).into_iter().map(str::to_owned).collect();
-    let command = Cli::command();
-    let by_env: BTreeMap<String, &clap::Arg> =
-        command.get_arguments().filter_map(|a| Some((a.get_env()?.to_str()?.to_owned(), a))).collect();
-    let mut argv = vec!["gpu-metrics-adapter".to_owned()];
-    for var in c["env"].as_array().into_iter().flatten() {
-        let name = var["name"].as_str().unwrap();
-        let arg = by_env.get(name).unwrap_or_else(|| {
-            panic!(
-                "{}: gpu-metrics-adapter reads no environment variable {name} (it is the env of none of its flags)",
-                r.name
-            )
-        });
-        let long = arg.get_long().unwrap();
-        if args.iter().any(|a| a == &format!("--{long}") || a.starts_with(&format!("--{long}="))) {
-            continue;
-        }
-        let value = env_value(r, var);
-        match arg.get_action() {
-            ArgAction::SetTrue => {
-                if !["", "0", "false", "no", "off", "n", "f"].contains(&value.to_lowercase().as_str()) {
-                    argv.push(format!("--{long}"));
-                }
-            }
-            _ => argv.push(format!("--{long}={value}")),
-        }
-    }
-    argv.extend(args);
-    argv
+    pod(r).argv(container(r), &Cli::command(), "gpu-metrics-adapter", &[])
+}
+
+/// Where the adapter's pod runs, to resolve its environment.
+fn pod(r: &Render) -> PodContext<'_> {
+    PodContext { render: &r.name, workload: deployment(r), pod: "gpu-metrics-adapter-0", node: "node-1" }
 }
 
 fn parsed(r: &Render) -> Args {
@@ -268,7 +231,7 @@ fn the_base_provisions_its_own_serving_certificate_with_least_privilege() {
         let r = render(name);
         let c = container(r);
         let value =
-            |n: &str| env_var(c, n).map(|v| env_value(r, v)).unwrap_or_else(|| panic!("{name}: {n} is not set"));
+            |n: &str| env_var(c, n).map(|v| pod(r).env_value(v)).unwrap_or_else(|| panic!("{name}: {n} is not set"));
         assert_eq!(value("GPU_METRICS_ADAPTER_TLS_SECRET_NAME"), "gpu-metrics-adapter-serving");
         assert_eq!(
             env_var(c, "GPU_METRICS_ADAPTER_TLS_SECRET_NAMESPACE").unwrap()["valueFrom"]["fieldRef"]["fieldPath"],

@@ -119,3 +119,78 @@ mod tests {
         assert_eq!(docs, [serde_json::json!({"a": 1}), serde_json::json!({"b": 2})]);
     }
 }
+
+/// Where a container runs, to resolve its environment as the kubelet would.
+#[derive(Debug, Clone, Copy)]
+pub struct PodContext<'a> {
+    /// The rendering's name, for messages.
+    pub render: &'a str,
+    /// The workload (DaemonSet, Deployment) whose namespace the pod gets.
+    pub workload: &'a Value,
+    /// `metadata.name` of the pod.
+    pub pod: &'a str,
+    /// `spec.nodeName` of the pod.
+    pub node: &'a str,
+}
+
+impl PodContext<'_> {
+    /// The value a container's environment variable has at run time.
+    pub fn env_value(&self, var: &Value) -> String {
+        if let Some(v) = var.get("value") {
+            return v.as_str().unwrap().to_owned();
+        }
+        match var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+            Some("metadata.namespace") => self.workload["metadata"]["namespace"].as_str().unwrap().to_owned(),
+            Some("spec.nodeName") => self.node.to_owned(),
+            Some("metadata.name") => self.pod.to_owned(),
+            _ => panic!("{}: cannot resolve {var} (teach PodContext::env_value how)", self.render),
+        }
+    }
+
+    /// The container's command line as `program` sees it: its `args`, after the flags its
+    /// environment sets as clap takes them (a variable counts only where its flag is not
+    /// given). Variables in `not_for_the_binary` are skipped; any other variable that is
+    /// the env of none of the program's flags fails the test.
+    pub fn argv(
+        &self,
+        container: &Value,
+        command: &clap::Command,
+        program: &str,
+        not_for_the_binary: &[&str],
+    ) -> Vec<String> {
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array().map(|a| a.iter().map(|s| s.as_str().unwrap().to_owned()).collect()).unwrap_or_default()
+        };
+        let args = strings(&container["args"]);
+        let by_env: std::collections::BTreeMap<String, &clap::Arg> =
+            command.get_arguments().filter_map(|a| Some((a.get_env()?.to_str()?.to_owned(), a))).collect();
+        let mut argv = vec![program.to_owned()];
+        for var in container["env"].as_array().into_iter().flatten() {
+            let name = var["name"].as_str().unwrap();
+            if not_for_the_binary.contains(&name) {
+                continue;
+            }
+            let arg = by_env.get(name).unwrap_or_else(|| {
+                panic!(
+                    "{}: {program} reads no environment variable {name} (it is the env of none of its flags)",
+                    self.render
+                )
+            });
+            let long = arg.get_long().unwrap();
+            if args.iter().any(|a| a == &format!("--{long}") || a.starts_with(&format!("--{long}="))) {
+                continue;
+            }
+            let value = self.env_value(var);
+            match arg.get_action() {
+                clap::ArgAction::SetTrue => {
+                    if !["", "0", "false", "no", "off", "n", "f"].contains(&value.to_lowercase().as_str()) {
+                        argv.push(format!("--{long}"));
+                    }
+                }
+                _ => argv.push(format!("--{long}={value}")),
+            }
+        }
+        argv.extend(args);
+        argv
+    }
+}
