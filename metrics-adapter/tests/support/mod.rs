@@ -25,8 +25,8 @@ use gpu_metrics_adapter::config::Args;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
+use test_support::tls::ClientTls;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
@@ -213,20 +213,13 @@ pub async fn eventually(what: &str, timeout: Duration, mut f: impl AsyncFnMut() 
 }
 
 fn client_config(pki: &Pki, identity: Option<&Pair>) -> rustls::ClientConfig {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(pki.serving_ca.cert_pem().as_bytes()).unwrap()).unwrap();
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    match identity {
-        Some(p) => {
-            let chain = vec![CertificateDer::from_pem_slice(p.cert_pem.as_bytes()).unwrap()];
-            let key = PrivateKeyDer::from_pem_slice(p.key_pem.as_bytes()).unwrap();
-            builder.with_client_auth_cert(chain, key).unwrap()
-        }
-        None => builder.with_no_client_auth(),
+    // The shared test client; ALPN is left to the caller (hyper-rustls sets its own).
+    let mut tls = ClientTls::trusting_pem(pki.serving_ca.cert_pem());
+    tls.alpn.clear();
+    if let Some(p) = identity {
+        tls = tls.with_identity(&test_support::pki::Pair { cert_pem: p.cert_pem.clone(), key_pem: p.key_pem.clone() });
     }
+    Arc::unwrap_or_clone(tls.config())
 }
 
 /// An HTTPS client (HTTP/1.1 and HTTP/2) trusting the serving CA, with an optional client certificate.
