@@ -11,7 +11,7 @@
 mod support;
 
 use fake_nvml::scenario::Scenario;
-use support::node::{SimulatedNode, StandaloneAdapter, repo};
+use support::node::{FROZEN_AT, MetricsAdapter, NodeOptions, SimulatedNode, repo, wait_pods};
 use test_support::kube_api::{ApiServer, NODE, kubeconfig, scenario_pod, serve};
 
 /// The device plugin's twin of `dra-node`: every claim written as the allocation the
@@ -58,19 +58,16 @@ fn a_dra_node_answers_the_hpa_as_its_device_plugin_twin_does() {
     let url = runtime.block_on(serve(api));
     let config = kubeconfig(dir.path(), &url);
 
-    let dra_node = SimulatedNode::start_with(&dra_path, "60", Some(&config));
-    let plugin_node = SimulatedNode::start(&twin_path, "60");
-    let dra_dir = dir.path().join("dra");
-    let plugin_dir = dir.path().join("plugin");
-    std::fs::create_dir_all(&dra_dir).unwrap();
-    std::fs::create_dir_all(&plugin_dir).unwrap();
-    let dra_adapter = StandaloneAdapter::start(&dra_dir, &dra_node.metrics_url());
-    let plugin_adapter = StandaloneAdapter::start(&plugin_dir, &plugin_node.metrics_url());
+    let on_api = NodeOptions { kubeconfig: Some(std::path::Path::new(&config)), ..NodeOptions::default() };
+    let dra_node = SimulatedNode::start_with(NODE, &dra_path, FROZEN_AT, on_api);
+    let plugin_node = SimulatedNode::start_with(NODE, &twin_path, FROZEN_AT, NodeOptions::default());
+    let dra_adapter = MetricsAdapter::start(&[dra_node.exporter]);
+    let plugin_adapter = MetricsAdapter::start(&[plugin_node.exporter]);
 
     // Every pod on a device has memory; utilization too (the MIG device through GPM).
     let pods = dra.pods.len();
-    let ask = |adapter: &StandaloneAdapter, metric: &str| {
-        adapter.wait_pods(&format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai/pods/*/{metric}"), pods)
+    let ask = |adapter: &MetricsAdapter, metric: &str| {
+        wait_pods(adapter, &format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai/pods/*/{metric}"), pods)
     };
     // The DRA node's answers converge once its exporter has synced the ResourceSlice
     // watch (pods are named earlier, through the pod watch, and look shared until then).

@@ -25,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 use support::apiserver::Fake;
 use support::kustomize::{documents, render, try_documents, try_render_text};
-use support::node::{SimulatedNode, repo};
+use support::node::{FROZEN_AT, NodeOptions, SimulatedNode, repo};
 use support::{Behavior, Exporter, Pki, get, hpa_headers, label, quantity, series, tls_client};
 
 const HPA_USER: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
@@ -683,7 +683,11 @@ async fn every_metric_an_example_hpa_names_is_served_as_shipped() {
             (ns, name, labels)
         })
         .collect();
-    let node = tokio::task::spawn_blocking(|| SimulatedNode::start(&repo().join(SCENARIO), "60")).await.unwrap();
+    let node = tokio::task::spawn_blocking(|| {
+        SimulatedNode::start_with("gpu-node-1", &repo().join(SCENARIO), FROZEN_AT, NodeOptions::default())
+    })
+    .await
+    .unwrap();
 
     // The application's metrics, in a real Prometheus.
     let prometheus_metrics: BTreeSet<&str> =
@@ -791,7 +795,7 @@ async fn every_metric_an_example_hpa_names_is_served_as_shipped() {
 
             let expected: BTreeMap<String, f64> = match check.served {
                 Served::GpuUtilizationFromExporters => {
-                    let text = http_get(&format!("127.0.0.1:{}", node.exporter_port), "/metrics").await;
+                    let text = http_get(&node.exporter.to_string(), "/metrics").await;
                     let per_pod = exporter_pod_utilization(&text);
                     selected
                         .iter()

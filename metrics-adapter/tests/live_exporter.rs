@@ -9,17 +9,15 @@
 
 mod support;
 
-use support::node::{SimulatedNode, StandaloneAdapter, pod_values, repo};
+use support::node::{FROZEN_AT, MetricsAdapter, NodeOptions, SimulatedNode, pod_values, repo, wait_pods};
 
 #[test]
 fn the_seeds_hpa_questions_are_answered_from_the_simulated_node() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = SimulatedNode::start(&repo().join("fake-nvml/scenarios/seed-mixed-node.yaml"), "60");
-    let exporter_port = node.exporter_port;
-
-    let adapter = StandaloneAdapter::start(dir.path(), &format!("http://127.0.0.1:{exporter_port}/metrics"));
+    let scenario = repo().join("fake-nvml/scenarios/seed-mixed-node.yaml");
+    let node = SimulatedNode::start_with("gpu-node-1", &scenario, FROZEN_AT, NodeOptions::default());
+    let adapter = MetricsAdapter::start(&[node.exporter]);
     let pods = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-inference/pods/*/";
-    let utilization = adapter.wait_pods(&format!("{pods}gpu_utilization"), 8);
+    let utilization = wait_pods(&adapter, &format!("{pods}gpu_utilization"), 8);
     // Time-sliced GPUs: each replica gets its own process's SM utilization from the scenario.
     assert_eq!(
         utilization,

@@ -22,7 +22,7 @@ use axum::Router;
 use serde_json::{Value, json};
 use support::apiserver::Fake;
 use support::kubectl::{json as kubectl_json, kubeconfig, kubectl};
-use support::node::{SimulatedNode, repo};
+use support::node::{FROZEN_AT, NodeOptions, SimulatedNode, repo};
 use support::prometheus::Prometheus;
 use support::{Pki, Running, get, hpa_headers, quantity, tls_client};
 
@@ -232,11 +232,14 @@ impl Cluster {
             .map(|(n, _)| n.clone())
             .collect();
         assert_eq!(pool.len(), 8, "the scenario's inference pool");
-        let node = tokio::task::spawn_blocking(|| SimulatedNode::start(&repo().join(SCENARIO), "60")).await.unwrap();
+        let node = tokio::task::spawn_blocking(|| {
+            SimulatedNode::start_with("gpu-node-1", &repo().join(SCENARIO), FROZEN_AT, NodeOptions::default())
+        })
+        .await
+        .unwrap();
         let extra_series = Arc::new(std::sync::Mutex::new(String::new()));
         let app = AppServer::start(pool.clone(), extra_series.clone()).await;
-        let exporter: SocketAddr = format!("127.0.0.1:{}", node.exporter_port).parse().unwrap();
-        let prom = Prometheus::start(&[app.addr, exporter], "1s").await;
+        let prom = Prometheus::start(&[app.addr, node.exporter], "1s").await;
         prom.wait_for_series("http_requests_total", 16).await;
         // Rates are exact once the 10s window is full of samples.
         let first = format!("sum(rate(http_requests_total{{kubernetes_pod_name=\"{}\"}}[10s]))", pool[0]);

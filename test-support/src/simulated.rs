@@ -159,9 +159,25 @@ fn exporter_address(child: &mut Child) -> SocketAddr {
     rx.recv_timeout(Duration::from_secs(60)).expect("the exporter listens").parse().unwrap()
 }
 
+/// What else a simulated node's exporter is given.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeOptions<'a> {
+    /// `--label` constant labels (`k=v,...`) on every series.
+    pub labels: Option<&'a str>,
+    /// An API server's kubeconfig: the exporter watches its node's pods and
+    /// ResourceSlices there (health stays off, so it writes nothing). `None`: no API.
+    pub kubeconfig: Option<&'a Path>,
+}
+
 impl SimulatedNode {
-    /// Starts node `name` on `scenario`; returns once its exporter has collected.
+    /// Starts node `name` on `scenario` with constant `labels`; returns once its
+    /// exporter has collected.
     pub fn start(name: &str, scenario: &Path, clock: Clock, labels: &str) -> SimulatedNode {
+        SimulatedNode::start_with(name, scenario, clock, NodeOptions { labels: Some(labels), kubeconfig: None })
+    }
+
+    /// As [`SimulatedNode::start`], with `options`.
+    pub fn start_with(name: &str, scenario: &Path, clock: Clock, options: NodeOptions) -> SimulatedNode {
         let bin = binaries();
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("kubelet.sock");
@@ -185,8 +201,7 @@ impl SimulatedNode {
             .arg("--nvml-library")
             .arg(bin.join("libfake_nvml.so"))
             .args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--node-name", name])
-            .args(["--collect-interval", "200ms", "--nvml.call-timeout", "150ms", "--kubernetes.api", "off"])
-            .args(["--label", labels])
+            .args(["--collect-interval", "200ms", "--nvml.call-timeout", "150ms"])
             .arg("--kubelet.pod-resources-socket")
             .arg(&socket)
             .arg("--path.procfs")
@@ -198,6 +213,18 @@ impl SimulatedNode {
             .env_remove("KUBERNETES_SERVICE_HOST")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        if let Some(labels) = options.labels {
+            command.args(["--label", labels]);
+        }
+        match options.kubeconfig {
+            Some(kubeconfig) => {
+                command.args(["--kubernetes.api", "auto", "--health.enabled=false", "--kubernetes.kubeconfig"]);
+                command.arg(kubeconfig);
+            }
+            None => {
+                command.args(["--kubernetes.api", "off"]);
+            }
+        }
         let clock_file = match clock {
             Clock::Frozen(t) => {
                 command.env("FAKE_NVML_FROZEN_AT", t.to_string());
@@ -230,6 +257,11 @@ impl SimulatedNode {
     /// Sets the scenario clock of a node started with [`Clock::Driven`].
     pub fn set_clock(&self, t: f64) {
         std::fs::write(self.clock.as_ref().expect("a driven clock"), t.to_string()).unwrap();
+    }
+
+    /// The exporter's metrics URL.
+    pub fn metrics_url(&self) -> String {
+        format!("http://{}/metrics", self.exporter)
     }
 
     /// The exporter's `/metrics` page.
@@ -298,6 +330,20 @@ impl MetricsAdapter {
         });
         let addr = rx.recv_timeout(Duration::from_secs(60)).expect("the adapter serves").parse().unwrap();
         MetricsAdapter { addr, dir, _process: Killed::new(child) }
+    }
+
+    /// `kubectl get --raw path` against the adapter with its dev-certs kubeconfig
+    /// (client certificate in `system:masters`), parsed; `None` when kubectl fails.
+    pub fn get(&self, path: &str) -> Option<serde_json::Value> {
+        let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into());
+        let out = Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(self.dir.path().join("certs/kubeconfig"))
+            .arg(format!("--server=https://{}", self.addr))
+            .args(["get", "--raw", path])
+            .output()
+            .unwrap();
+        out.status.success().then(|| serde_json::from_slice(&out.stdout).unwrap())
     }
 
     /// The backend that forwards `custom.metrics.k8s.io` to the adapter, with the
