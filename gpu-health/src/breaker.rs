@@ -70,16 +70,9 @@ pub fn decide(
     grace: Duration,
     settings: &BreakerSettings,
 ) -> Decision {
-    let counted: BTreeMap<String, String> = entries
-        .iter()
-        .filter(|(node, since)| {
-            let Some(member) = fleet.iter().find(|f| &f.name == *node) else { return false };
-            let young =
-                crate::time::parse(since).and_then(|t| now.duration_since(t).ok()).is_none_or(|age| age < grace);
-            member.quarantined || young || node.as_str() == me
-        })
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let counted = still_counting(entries, now, grace, |node, young| {
+        fleet.iter().find(|f| f.name == node).is_some_and(|member| member.quarantined || young || node == me)
+    });
     let limit = settings.limit(fleet.len());
     let holds = counted.contains_key(me);
     let quarantined = counted.len();
@@ -102,17 +95,11 @@ pub fn decide_gpus(
     grace: Duration,
     settings: &BreakerSettings,
 ) -> Decision {
-    let counted: BTreeMap<String, String> = entries
-        .iter()
-        .filter(|(key, since)| {
-            let Some((node, uuid)) = key.split_once('_') else { return false };
-            let Some(member) = fleet.iter().find(|f| f.name == node) else { return false };
-            let young =
-                crate::time::parse(since).and_then(|t| now.duration_since(t).ok()).is_none_or(|age| age < grace);
-            member.held_gpus.iter().any(|g| g == uuid) || young || node == me
-        })
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let counted = still_counting(entries, now, grace, |key, young| {
+        let Some((node, uuid)) = key.split_once('_') else { return false };
+        let Some(member) = fleet.iter().find(|f| f.name == node) else { return false };
+        member.held_gpus.iter().any(|g| g == uuid) || young || node == me
+    });
     let fleet_gpus: usize = fleet.iter().map(|f| f.gpus.unwrap_or(my_gpus) as usize).sum();
     let limit = settings.gpu_limit(fleet_gpus);
     let keys: Vec<String> = wanted.iter().map(|u| gpu_key(me, u)).collect();
@@ -121,6 +108,25 @@ pub fn decide_gpus(
     let quarantined = counted.len();
     let granted = holds || quarantined + new <= limit;
     Decision { entries: counted, granted, holds, quarantined, limit, fleet: fleet_gpus }
+}
+
+/// The entries `counts(key, young)` keeps, where `young` says the place was taken less
+/// than `grace` ago (or at a time that does not parse, which is not trusted to be old).
+fn still_counting(
+    entries: &BTreeMap<String, String>,
+    now: SystemTime,
+    grace: Duration,
+    counts: impl Fn(&str, bool) -> bool,
+) -> BTreeMap<String, String> {
+    entries
+        .iter()
+        .filter(|(key, since)| {
+            let young =
+                crate::time::parse(since).and_then(|t| now.duration_since(t).ok()).is_none_or(|age| age < grace);
+            counts(key, young)
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 #[cfg(test)]
