@@ -178,7 +178,11 @@ fn nvml_comes_up_once_the_driver_is_there() {
     let scenario = dir.path().join("late.yaml");
     let exporter = Launch::scenario(&scenario, None).args(&["--nvml.init-retry-max", "1s"]).start();
     wait_for(Duration::from_secs(10), || exporter.get("/readyz", &[]).status == 503).expect("not ready without a node");
-    std::fs::write(&scenario, "gpus: [{model: H200-SXM-141GB}]\n").unwrap();
+    // Written aside and renamed into place: an init between create and write would read
+    // an empty file, a node with no GPUs.
+    let aside = dir.path().join("late.yaml.new");
+    std::fs::write(&aside, "gpus: [{model: H200-SXM-141GB}]\n").unwrap();
+    std::fs::rename(&aside, &scenario).unwrap();
     exporter.wait_ready();
     let m = exporter.metrics();
     assert_eq!(sample(&m, "gpu_exporter_nvml_up", &[]), Some(1.0));
