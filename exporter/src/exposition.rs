@@ -65,6 +65,18 @@ pub struct Family {
 }
 
 impl Family {
+    pub const fn gauge(name: &'static str, unit: Option<&'static str>, help: &'static str) -> Family {
+        Family { name, kind: Kind::Gauge, help, unit }
+    }
+
+    pub const fn counter(name: &'static str, unit: Option<&'static str>, help: &'static str) -> Family {
+        Family { name, kind: Kind::Counter, help, unit }
+    }
+
+    pub const fn info(name: &'static str, help: &'static str) -> Family {
+        Family { name, kind: Kind::Info, help, unit: None }
+    }
+
     /// The name samples are written with.
     pub fn sample_name(&self) -> String {
         match self.kind {

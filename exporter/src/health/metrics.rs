@@ -5,7 +5,7 @@
 
 use std::time::UNIX_EPOCH;
 
-use crate::exposition::{Family, Kind};
+use crate::exposition::Family;
 use crate::render::labels::LabelSet;
 use crate::render::sink::Exposition;
 use crate::render::{RenderContext, Section, device_label_set, own_label_set};
@@ -13,99 +13,104 @@ use crate::render::{RenderContext, Section, device_label_set, own_label_set};
 use gpu_health::policy::{Health, Needs};
 pub use gpu_health::view::{BreakerView, GpuHealth, HealthMetrics, HealthView};
 
-const fn gauge(name: &'static str, help: &'static str) -> Family {
-    Family { name, kind: Kind::Gauge, help, unit: None }
-}
-
-pub const GPU_HEALTHY: Family =
-    gauge("gpu_health_gpu_healthy", "1 if the GPU passes every health check, 0 if a signal is seen on it.");
-pub const GPU_SIGNAL: Family = gauge(
+pub const GPU_HEALTHY: Family = Family::gauge(
+    "gpu_health_gpu_healthy",
+    None,
+    "1 if the GPU passes every health check, 0 if a signal is seen on it.",
+);
+pub const GPU_SIGNAL: Family = Family::gauge(
     "gpu_health_gpu_signal",
+    None,
     "1 per health signal seen on the GPU in the last check; state is pending (debouncing) or confirmed.",
 );
-pub const GPU_QUARANTINED: Family = gauge(
+pub const GPU_QUARANTINED: Family = Family::gauge(
     "gpu_health_gpu_quarantined",
+    None,
     "1 while the health loop holds the GPU alone by device taints (DeviceTaintRules), the node staying schedulable.",
 );
-pub const NODE_HEALTHY: Family = gauge(
+pub const NODE_HEALTHY: Family = Family::gauge(
     "gpu_health_node_healthy",
+    None,
     "1 if the health policy finds the node's GPUs healthy, 0 if unhealthy; absent before the first check.",
 );
-pub const NODE_REASON: Family = Family {
-    name: "gpu_health_node_reason",
-    kind: Kind::Info,
-    help: "Why the node is unhealthy, one series per reason. Always 1.",
-    unit: None,
-};
-pub const NODE_UNHEALTHY_SINCE: Family = Family {
-    name: "gpu_health_node_unhealthy_since_timestamp_seconds",
-    kind: Kind::Gauge,
-    help: "Unix time at which the node became unhealthy.",
-    unit: Some("seconds"),
-};
+pub const NODE_REASON: Family =
+    Family::info("gpu_health_node_reason", "Why the node is unhealthy, one series per reason. Always 1.");
+pub const NODE_UNHEALTHY_SINCE: Family = Family::gauge(
+    "gpu_health_node_unhealthy_since_timestamp_seconds",
+    Some("seconds"),
+    "Unix time at which the node became unhealthy.",
+);
 pub const NODE_QUARANTINED: Family =
-    gauge("gpu_health_node_quarantined", "1 while the health loop holds a cordon or taint on the node.");
-pub const OPTED_OUT: Family =
-    gauge("gpu_health_node_opted_out", "1 if the node carries the opt-out label and the loop changes nothing on it.");
-pub const ACTIONS: Family = Family {
-    name: "gpu_health_actions",
-    kind: Kind::Counter,
-    help: "Node and device actions taken: cordon, uncordon, taint, untaint, device_taint, device_untaint, condition, \
+    Family::gauge("gpu_health_node_quarantined", None, "1 while the health loop holds a cordon or taint on the node.");
+pub const OPTED_OUT: Family = Family::gauge(
+    "gpu_health_node_opted_out",
+    None,
+    "1 if the node carries the opt-out label and the loop changes nothing on it.",
+);
+pub const ACTIONS: Family = Family::counter(
+    "gpu_health_actions",
+    None,
+    "Node and device actions taken: cordon, uncordon, taint, untaint, device_taint, device_untaint, condition, \
            event, dry_run, blocked, overridden.",
-    unit: None,
-};
-pub const API_ERRORS: Family = Family {
-    name: "gpu_health_api_errors",
-    kind: Kind::Counter,
-    help: "Failed Kubernetes API requests, every attempt, by operation and error (HTTP code or unreachable).",
-    unit: None,
-};
-pub const CHECKS: Family =
-    Family { name: "gpu_health_checks", kind: Kind::Counter, help: "Health checks run, by kind.", unit: None };
-pub const BREAKER_OPEN: Family =
-    gauge("gpu_health_breaker_open", "1 while the cluster-wide circuit breaker holds back this node's quarantine.");
-pub const BREAKER_QUARANTINED: Family = gauge(
+);
+pub const API_ERRORS: Family = Family::counter(
+    "gpu_health_api_errors",
+    None,
+    "Failed Kubernetes API requests, every attempt, by operation and error (HTTP code or unreachable).",
+);
+pub const CHECKS: Family = Family::counter("gpu_health_checks", None, "Health checks run, by kind.");
+pub const BREAKER_OPEN: Family = Family::gauge(
+    "gpu_health_breaker_open",
+    None,
+    "1 while the cluster-wide circuit breaker holds back this node's quarantine.",
+);
+pub const BREAKER_QUARANTINED: Family = Family::gauge(
     "gpu_health_breaker_quarantined_nodes",
+    None,
     "GPU nodes quarantined by the health loop cluster-wide, as last counted by this node.",
 );
-pub const BREAKER_LIMIT: Family =
-    gauge("gpu_health_breaker_limit_nodes", "Most GPU nodes the health loop may quarantine at once, as last computed.");
-pub const BREAKER_FLEET: Family = gauge(
+pub const BREAKER_LIMIT: Family = Family::gauge(
+    "gpu_health_breaker_limit_nodes",
+    None,
+    "Most GPU nodes the health loop may quarantine at once, as last computed.",
+);
+pub const BREAKER_FLEET: Family = Family::gauge(
     "gpu_health_breaker_gpu_nodes",
+    None,
     "GPU nodes in the cluster (per the breaker's node selector), as last listed.",
 );
-pub const BREAKER_GPU_OPEN: Family = gauge(
+pub const BREAKER_GPU_OPEN: Family = Family::gauge(
     "gpu_health_breaker_gpu_open",
+    None,
     "1 while the cluster-wide circuit breaker holds back device taints on this node's GPUs.",
 );
-pub const BREAKER_QUARANTINED_GPUS: Family = gauge(
+pub const BREAKER_QUARANTINED_GPUS: Family = Family::gauge(
     "gpu_health_breaker_quarantined_gpus",
+    None,
     "GPUs held by the health loop's device taints cluster-wide, as last counted by this node.",
 );
-pub const BREAKER_LIMIT_GPUS: Family = gauge(
+pub const BREAKER_LIMIT_GPUS: Family = Family::gauge(
     "gpu_health_breaker_limit_gpus",
+    None,
     "Most GPUs the health loop may hold by device taints at once, as last computed.",
 );
-pub const BREAKER_FLEET_GPUS: Family = gauge(
+pub const BREAKER_FLEET_GPUS: Family = Family::gauge(
     "gpu_health_breaker_gpus",
+    None,
     "GPUs of the GPU nodes (per their GPU count label), as last listed by the circuit breaker.",
 );
-pub const DEVICE_TAINTS: Family = Family {
-    name: "gpu_health_device_taints",
-    kind: Kind::Info,
-    help: "How the health loop holds a single GPU: api_version is the resource.k8s.io version it writes \
+pub const DEVICE_TAINTS: Family = Family::info(
+    "gpu_health_device_taints",
+    "How the health loop holds a single GPU: api_version is the resource.k8s.io version it writes \
            DeviceTaintRules in, none when the cluster serves none (or refused the loop's: failed GPUs are quarantined \
            with their node), unknown before it was asked; effect is the taints' effect. Always 1.",
-    unit: None,
-};
-pub const MODE: Family = Family {
-    name: "gpu_health_mode",
-    kind: Kind::Info,
-    help: "How the health loop runs: mode enforce, condition_only or dry_run; api connected, unreachable, \
+);
+pub const MODE: Family = Family::info(
+    "gpu_health_mode",
+    "How the health loop runs: mode enforce, condition_only or dry_run; api connected, unreachable, \
            report_only (no API server configured) or off (--kubernetes.api=off: report-only, the API is never \
            contacted). Always 1.",
-    unit: None,
-};
+);
 
 /// Every health family, in render order.
 pub const ALL: &[Family] = &[
