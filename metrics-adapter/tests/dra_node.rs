@@ -74,7 +74,7 @@ fn a_dra_node_answers_the_hpa_as_its_device_plugin_twin_does() {
     let converge = |metric: &str| {
         let twin = ask(&plugin_adapter, metric);
         let what = format!("{metric} on the DRA node to equal its twin's {twin:?}");
-        support::node::wait_until_ok(&what, || {
+        test_support::simulated::wait_until_ok(&what, support::node::CONVERGE, || {
             let answer = ask(&dra_adapter, metric);
             if answer == twin { Ok(()) } else { Err(format!("{answer:?}")) }
         });

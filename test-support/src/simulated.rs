@@ -98,9 +98,18 @@ impl Drop for Killed {
 
 /// Polls `ok` every 50 ms until it holds; panics naming `what` after `timeout`.
 pub fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    wait_until_ok(what, timeout, || if ok() { Ok(()) } else { Err(String::from("not yet")) });
+}
+
+/// Polls `attempt` every 50 ms until it is `Ok`; panics naming `what` and the last
+/// error after `timeout`.
+pub fn wait_until_ok<T>(what: &str, timeout: Duration, mut attempt: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + timeout;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+    loop {
+        match attempt() {
+            Ok(value) => return value,
+            Err(last) => assert!(Instant::now() < deadline, "timed out waiting for {what}; last seen: {last}"),
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
