@@ -69,6 +69,8 @@ pub const DEVICE_CALLS: &[&str] = &[
     "nvmlGpmQueryDeviceSupport",
     "nvmlGpmSampleGet",
     "nvmlGpmMigSampleGet",
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetNvLinkErrorCounter",
 ];
 
 /// The per-device functions a MIG device handle answers, with the `nvml.h` note that

@@ -5,7 +5,10 @@
 //! thresholds) and the feature set that decides which NVML calls answer
 //! `NVML_ERROR_NOT_SUPPORTED`: no MIG on L40S and RTX 4090, no GPM before Hopper, no
 //! NVENC on A100/H100/H200, no ECC on the RTX 4090, page retirement before Ampere and
-//! row remapping from Ampere on. Thresholds are typical board values, close enough for
+//! row remapping from Ampere on; NVLink only on the SXM boards (12 links on A100 SXM4,
+//! 18 on H100 SXM5 and H200 SXM, 6 on V100 SXM2; none on the PCIe L40S and RTX 4090), a
+//! memory temperature sensor only on the HBM boards (those with a memory temperature
+//! threshold). Thresholds are typical board values, close enough for
 //! the exporter's and the health loop's logic; a scenario can override them per GPU.
 
 use std::borrow::Cow;
@@ -40,6 +43,16 @@ pub struct Model {
     pub row_remapping: bool,
     pub page_retirement: bool,
     pub pcie_gen: u32,
+    /// NVLink links (`NVML_FI_DEV_NVLINK_LINK_COUNT`); 0 on boards without NVLink.
+    pub nvlink_links: u32,
+}
+
+impl Model {
+    /// Whether the board reports its memory temperature (`NVML_FI_DEV_MEMORY_TEMP`):
+    /// the HBM boards, which are those with a memory temperature threshold.
+    pub fn memory_temperature(&self) -> bool {
+        self.temp_mem_max_c.is_some()
+    }
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -69,6 +82,7 @@ pub const MODELS: &[Model] = &[
         row_remapping: true,
         page_retirement: false,
         pcie_gen: 4,
+        nvlink_links: 12,
     },
     Model {
         key: "H100-SXM5-80GB",
@@ -93,6 +107,7 @@ pub const MODELS: &[Model] = &[
         row_remapping: true,
         page_retirement: false,
         pcie_gen: 5,
+        nvlink_links: 18,
     },
     Model {
         key: "H200-SXM-141GB",
@@ -117,6 +132,7 @@ pub const MODELS: &[Model] = &[
         row_remapping: true,
         page_retirement: false,
         pcie_gen: 5,
+        nvlink_links: 18,
     },
     Model {
         key: "L40S-48GB",
@@ -141,6 +157,7 @@ pub const MODELS: &[Model] = &[
         row_remapping: true,
         page_retirement: false,
         pcie_gen: 4,
+        nvlink_links: 0,
     },
     Model {
         key: "RTX-4090-24GB",
@@ -165,6 +182,7 @@ pub const MODELS: &[Model] = &[
         row_remapping: false,
         page_retirement: false,
         pcie_gen: 4,
+        nvlink_links: 0,
     },
     Model {
         key: "V100-SXM2-32GB",
@@ -189,6 +207,7 @@ pub const MODELS: &[Model] = &[
         row_remapping: false,
         page_retirement: true,
         pcie_gen: 3,
+        nvlink_links: 6,
     },
 ];
 

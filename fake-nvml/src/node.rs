@@ -5,6 +5,8 @@
 
 use std::sync::Mutex;
 
+use crate::scenario::fault::NvLinkErrorCounts;
+use crate::scenario::nvlink::integrate;
 use crate::scenario::{FaultKind, Gpu, MigInstance, Process, RecoveryAction, Scenario, Signal};
 
 /// The simulated node.
@@ -317,6 +319,76 @@ impl SimGpu {
         mask
     }
 
+    /// Memory temperature, °C: the scenario's signal, else the GPU temperature plus 4;
+    /// `None` on a board without a memory sensor.
+    pub fn memory_temperature_c(&self, t: f64) -> Option<u32> {
+        if !self.spec.model.memory_temperature() {
+            return None;
+        }
+        let celsius = match &self.spec.values.memory_temperature_c {
+            Some(signal) => signal.at(t),
+            None => f64::from(self.temperature_c(t)) + 4.0,
+        };
+        Some(celsius.round().clamp(0.0, 200.0) as u32)
+    }
+
+    /// The windows `[from, to)` during which NVLink link `link` is down, of the faults
+    /// scheduled up to `t` (`to` is infinite while neither a duration nor a reset ends it).
+    fn nvlink_down_windows(&self, link: u32, t: f64) -> Vec<(f64, f64)> {
+        let resets: Vec<f64> = self.faults_until(t).filter(|f| f.kind == FaultKind::Reset).map(|f| f.at_s).collect();
+        self.faults_until(t)
+            .filter_map(|f| match f.kind {
+                FaultKind::NvLinkDown { link: l, for_s } if l == link => {
+                    let reset = resets.iter().copied().find(|r| *r > f.at_s).unwrap_or(f64::INFINITY);
+                    let end = for_s.map_or(f64::INFINITY, |d| f.at_s + d).min(reset);
+                    Some((f.at_s, end))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether NVLink link `link` is up at `t`.
+    pub fn nvlink_active(&self, link: u32, t: f64) -> bool {
+        !self.nvlink_down_windows(link, t).iter().any(|(from, to)| *from <= t && t < *to)
+    }
+
+    /// Data bytes link `link` carried up to `t` (transmit or receive): the signal's
+    /// integral over the time the link was up.
+    pub fn nvlink_bytes(&self, link: u32, transmit: bool, t: f64) -> f64 {
+        let nvlink = &self.spec.nvlink;
+        let signal = if transmit { &nvlink.tx_bytes_per_second } else { &nvlink.rx_bytes_per_second };
+        let mut down = self.nvlink_down_windows(link, t);
+        down.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // Merge overlapping windows so no stretch is taken away twice.
+        let mut merged: Vec<(f64, f64)> = Vec::new();
+        for (from, to) in down {
+            match merged.last_mut() {
+                Some(last) if from <= last.1 => last.1 = last.1.max(to),
+                _ => merged.push((from, to)),
+            }
+        }
+        let lost: f64 = merged.iter().map(|(from, to)| integrate(signal, *from, to.min(t))).sum();
+        (integrate(signal, 0.0, t) - lost).max(0.0)
+    }
+
+    /// NVLink link `link`'s error counters since the last reset.
+    pub fn nvlink_errors(&self, link: u32, t: f64) -> NvLinkErrorCounts {
+        let reset = self.last_reset(t);
+        let mut counts = NvLinkErrorCounts::default();
+        for f in self.faults_until(t).filter(|f| f.at_s > reset) {
+            if let FaultKind::NvLinkErrors { link: l, counts: c } = f.kind
+                && l == link
+            {
+                counts.crc_flit += c.crc_flit;
+                counts.crc_data += c.crc_data;
+                counts.replay += c.replay;
+                counts.recovery += c.recovery;
+            }
+        }
+        counts
+    }
+
     /// XID events scheduled on this GPU: `(at_s, xid)` in time order.
     pub fn xid_events(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
         self.spec.faults.iter().filter_map(|f| match f.kind {
@@ -435,6 +507,35 @@ mod tests {
         let n = node("{model: RTX-4090-24GB, values: {memory_used_mib: 999999}}");
         let g = &n.gpus[0];
         assert_eq!(g.memory_used_bytes(0.0, std::iter::empty()), (24564 - 312) * 1024 * 1024);
+    }
+
+    #[test]
+    fn an_nvlink_link_goes_down_carries_nothing_and_comes_back_at_a_reset() {
+        let n = node(
+            "{model: H100-SXM5-80GB, nvlink: {tx_bytes_per_second: 1000, rx_bytes_per_second: 10}, faults: [{at_s: 10, nvlink_down: {link: 2}}, {at_s: 12, nvlink_errors: {link: 2, replay: 3, crc_flit: 1}}, {at_s: 20, reset: true}, {at_s: 30, nvlink_down: {link: 2, for_s: 5}}]}",
+        );
+        let g = &n.gpus[0];
+        assert!(g.nvlink_active(2, 9.9));
+        assert!(!g.nvlink_active(2, 10.0));
+        assert!(g.nvlink_active(1, 15.0), "another link");
+        assert!(g.nvlink_active(2, 20.0), "a reset brings it back");
+        assert!(!g.nvlink_active(2, 34.0));
+        assert!(g.nvlink_active(2, 35.0), "the window ended");
+        assert_eq!(g.nvlink_bytes(1, true, 40.0), 40_000.0);
+        assert_eq!(g.nvlink_bytes(2, true, 40.0), 40_000.0 - 10_000.0 - 5_000.0);
+        assert_eq!(g.nvlink_bytes(2, false, 15.0), 100.0);
+        let errors = g.nvlink_errors(2, 15.0);
+        assert_eq!((errors.replay, errors.crc_flit, errors.crc_data), (3, 1, 0));
+        assert_eq!(g.nvlink_errors(2, 20.0), NvLinkErrorCounts::default(), "a reset clears them");
+    }
+
+    #[test]
+    fn memory_temperature_follows_the_gpu_or_its_signal_and_is_absent_without_a_sensor() {
+        let n = node("{model: H100-SXM5-80GB, values: {temperature_c: 60}}");
+        assert_eq!(n.gpus[0].memory_temperature_c(0.0), Some(64));
+        let n = node("{model: H200-SXM-141GB, values: {memory_temperature_c: 71}}");
+        assert_eq!(n.gpus[0].memory_temperature_c(0.0), Some(71));
+        assert_eq!(node("{model: L40S-48GB}").gpus[0].memory_temperature_c(0.0), None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use nvml_wrapper_sys::bindings::NvmlLib;
 
-use super::{device as d, events as e, fields as f, gpm as g, mig as m, processes as p, system as s};
+use super::{device as d, events as e, fields as f, gpm as g, mig as m, nvlink as n, processes as p, system as s};
 
 fn same_signature<T, E>(_loader_field: &Result<T, E>, _export: T) {}
 
@@ -83,4 +83,6 @@ fn check(lib: &NvmlLib) {
     same_signature(&lib.nvmlGpmSampleGet, g::nvmlGpmSampleGet);
     same_signature(&lib.nvmlGpmMigSampleGet, g::nvmlGpmMigSampleGet);
     same_signature(&lib.nvmlGpmMetricsGet, g::nvmlGpmMetricsGet);
+    same_signature(&lib.nvmlDeviceGetNvLinkState, n::nvmlDeviceGetNvLinkState);
+    same_signature(&lib.nvmlDeviceGetNvLinkErrorCounter, n::nvmlDeviceGetNvLinkErrorCounter);
 }

@@ -1,5 +1,9 @@
 //! `nvmlDeviceGetFieldValues`: the field ids the exporter reads this way (remapped
-//! rows, the recovery action, ECC mode, PCIe replays). Every other id answers
+//! rows, the recovery action, ECC mode, PCIe replays, the memory temperature, the
+//! NVLink link count and per-link data counters). Ids as `nvml.h` numbers them
+//! (NVIDIA/go-nvml `gen/nvml/nvml.h`). The NVLink data counters take the link in
+//! `scopeId` (`UINT_MAX`: the sum over all links, as DCGM asks for
+//! `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`) and count KiB. Every other id answers
 //! `NVML_ERROR_NOT_SUPPORTED` in its own slot, as a real driver does for ids a board
 //! lacks, while the call itself succeeds. A scheduled `error` fault on this call
 //! likewise puts its code in every requested slot.
@@ -20,6 +24,12 @@ const FI_REMAPPED_UNC: u32 = 143;
 const FI_REMAPPED_PENDING: u32 = 144;
 const FI_REMAPPED_FAILURE: u32 = 145;
 const FI_GPU_RECOVERY_ACTION: u32 = 230;
+const FI_MEMORY_TEMP: u32 = 82;
+const FI_NVLINK_LINK_COUNT: u32 = 91;
+const FI_NVLINK_THROUGHPUT_DATA_TX: u32 = 138;
+const FI_NVLINK_THROUGHPUT_DATA_RX: u32 = 139;
+/// `scopeId` meaning every link.
+const ALL_LINKS: u32 = u32::MAX;
 
 const VALUE_UNSIGNED_INT: u32 = 1;
 const VALUE_UNSIGNED_LONG_LONG: u32 = 3;
@@ -29,8 +39,18 @@ enum Answer {
     Ull(u64),
 }
 
-fn answer(gpu: &SimGpu, field: u32, t: f64) -> Result<Answer, nvmlReturn_t> {
+fn answer(gpu: &SimGpu, field: u32, scope: u32, t: f64) -> Result<Answer, nvmlReturn_t> {
     let model = gpu.spec.model;
+    let links = gpu.spec.nvlink.links;
+    let nvlink_bytes = |transmit: bool| -> Result<Answer, nvmlReturn_t> {
+        let bytes = match scope {
+            _ if links == 0 => return Err(ret::NOT_SUPPORTED),
+            ALL_LINKS => (0..links).map(|l| gpu.nvlink_bytes(l, transmit, t)).sum(),
+            l if l < links => gpu.nvlink_bytes(l, transmit, t),
+            _ => return Err(ret::INVALID_ARGUMENT),
+        };
+        Ok(Answer::Ull((bytes / 1024.0) as u64))
+    };
     let rows = || if model.row_remapping { Ok(gpu.remapped_rows(t)) } else { Err(ret::NOT_SUPPORTED) };
     Ok(match field {
         FI_ECC_CURRENT | FI_ECC_PENDING if model.ecc_supported => Answer::Uint(u32::from(gpu.spec.ecc_enabled)),
@@ -40,6 +60,10 @@ fn answer(gpu: &SimGpu, field: u32, t: f64) -> Result<Answer, nvmlReturn_t> {
         FI_REMAPPED_PENDING => Answer::Uint(u32::from(rows()?.pending)),
         FI_REMAPPED_FAILURE => Answer::Uint(u32::from(rows()?.failed)),
         FI_GPU_RECOVERY_ACTION => Answer::Uint(gpu.recovery_action(t).code()),
+        FI_MEMORY_TEMP => Answer::Uint(gpu.memory_temperature_c(t).ok_or(ret::NOT_SUPPORTED)?),
+        FI_NVLINK_LINK_COUNT if links > 0 => Answer::Uint(links),
+        FI_NVLINK_THROUGHPUT_DATA_TX => nvlink_bytes(true)?,
+        FI_NVLINK_THROUGHPUT_DATA_RX => nvlink_bytes(false)?,
         _ => return Err(ret::NOT_SUPPORTED),
     })
 }
@@ -65,7 +89,7 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
             slot.latencyUsec = 0;
             let result = match injected {
                 Some(code) => Err(code),
-                None => answer(gpu, slot.fieldId, t),
+                None => answer(gpu, slot.fieldId, slot.scopeId, t),
             };
             match result {
                 Ok(Answer::Uint(v)) => {

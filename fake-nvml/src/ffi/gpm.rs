@@ -1,6 +1,9 @@
 //! GPM (GPU performance monitoring, Hopper and newer): samples of a GPU or of one MIG
-//! GPU instance, and metrics computed between two samples — SM, tensor-pipe and DRAM
-//! activity, averaged over the scenario time between the two samples.
+//! GPU instance, and metrics computed between two samples — SM, tensor-pipe, DRAM and
+//! graphics engine activity, averaged over the scenario time between the two samples.
+//! Metric ids as `nvml.h`'s `nvmlGpmMetricId_t` (NVIDIA/go-nvml `gen/nvml/nvml.h`):
+//! `NVML_GPM_METRIC_GRAPHICS_UTIL` 1, `_SM_UTIL` 2, `_SM_OCCUPANCY` 3,
+//! `_ANY_TENSOR_UTIL` 5, `_DRAM_BW_UTIL` 10.
 
 use std::ffi::{CStr, c_char, c_uint};
 use std::sync::Mutex;
@@ -12,6 +15,7 @@ use crate::node::{SimGpu, instance_activity};
 use crate::scenario::Signal;
 
 const METRICS_GET_VERSION: c_uint = 1;
+const METRIC_GRAPHICS_UTIL: c_uint = 1;
 const METRIC_SM_UTIL: c_uint = 2;
 const METRIC_SM_OCCUPANCY: c_uint = 3;
 const METRIC_ANY_TENSOR_UTIL: c_uint = 5;
@@ -112,6 +116,7 @@ static SM_NAME: &CStr = c"SM_UTIL";
 static TENSOR_NAME: &CStr = c"ANY_TENSOR_UTIL";
 static DRAM_NAME: &CStr = c"DRAM_BW_UTIL";
 static OCCUPANCY_NAME: &CStr = c"SM_OCCUPANCY";
+static GRAPHICS_NAME: &CStr = c"GRAPHICS_UTIL";
 static PERCENT: &CStr = c"%";
 
 /// # Safety
@@ -140,7 +145,7 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(metrics_get: *mut nvmlGpmMetricsGet_t
         let gpu = state.node.gpus.get(first.gpu as usize).ok_or(ret::INVALID_ARGUMENT)?;
         let (t1, t2) = (first.t.min(second.t), first.t.max(second.t));
         let values = &gpu.spec.values;
-        let (sm, tensor, dram) = match first.instance {
+        let (sm, tensor, dram, graphics) = match first.instance {
             Some(i) => {
                 let instance = gpu.spec.mig.as_ref().and_then(|m| m.get(i)).ok_or(ret::INVALID_ARGUMENT)?;
                 let v = &instance.values;
@@ -148,16 +153,19 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(metrics_get: *mut nvmlGpmMetricsGet_t
                     mean_over(&v.sm_activity, &None, t1, t2),
                     mean_over(&v.tensor_activity, &None, t1, t2),
                     mean_over(&v.dram_activity, &None, t1, t2),
+                    mean_over(&v.graphics_activity, &v.sm_activity, t1, t2),
                 )
             }
             None => (
                 mean_over(&values.sm_activity, &values.utilization, t1, t2),
                 mean_over(&values.tensor_activity, &None, t1, t2),
                 mean_over(&values.dram_activity, &values.memory_activity, t1, t2),
+                mean_over(&values.graphics_activity, &values.utilization, t1, t2),
             ),
         };
         for metric in request.metrics.iter_mut().take(count) {
             let (value, name) = match metric.metricId {
+                METRIC_GRAPHICS_UTIL => (graphics, GRAPHICS_NAME),
                 METRIC_SM_UTIL => (sm, SM_NAME),
                 // Occupancy tracks activity closely enough for a simulation.
                 METRIC_SM_OCCUPANCY => (sm * 0.8, OCCUPANCY_NAME),

@@ -14,6 +14,7 @@ mod events;
 mod fields;
 mod gpm;
 mod mig;
+mod nvlink;
 mod processes;
 mod system;
 

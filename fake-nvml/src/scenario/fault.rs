@@ -49,10 +49,38 @@ pub enum FaultKind {
     RecoveryAction(RecoveryAction),
     /// PCIe replays added to the replay counter.
     PcieReplays(u64),
-    /// A GPU reset: the GPU is back if it was lost, volatile ECC counters clear,
-    /// pending row remaps and page retirements are applied, the recovery action and
-    /// any temperature ramp end.
+    /// NVLink link `link` goes down (`nvmlDeviceGetNvLinkState` answers disabled and it
+    /// carries no data) for `for_s` seconds, or until a `reset`.
+    NvLinkDown { link: u32, for_s: Option<f64> },
+    /// NVLink data-link errors added to link `link`'s counters.
+    NvLinkErrors { link: u32, counts: NvLinkErrorCounts },
+    /// A GPU reset: the GPU is back if it was lost, volatile ECC counters and NVLink
+    /// error counters clear, NVLink links come back up, pending row remaps and page
+    /// retirements are applied, the recovery action and any temperature ramp end.
     Reset,
+}
+
+/// NVLink error counts, by `nvmlNvLinkErrorCounter_t` counter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NvLinkErrorCounts {
+    pub crc_flit: u64,
+    pub crc_data: u64,
+    pub replay: u64,
+    pub recovery: u64,
+}
+
+impl NvLinkErrorCounts {
+    /// The count of `NVML_NVLINK_ERROR_DL_*` counter `counter` (0 replay, 1 recovery,
+    /// 2 CRC flit, 3 CRC data; `nvml.h`'s `nvmlNvLinkErrorCounter_t`).
+    pub fn of(&self, counter: u32) -> Option<u64> {
+        match counter {
+            0 => Some(self.replay),
+            1 => Some(self.recovery),
+            2 => Some(self.crc_flit),
+            3 => Some(self.crc_data),
+            _ => None,
+        }
+    }
 }
 
 /// A transient error on one call.
@@ -186,7 +214,30 @@ struct RawFault {
     retired_pages: Option<RawRetired>,
     recovery_action: Option<RecoveryAction>,
     pcie_replays: Option<u64>,
+    nvlink_down: Option<RawNvLinkDown>,
+    nvlink_errors: Option<RawNvLinkErrors>,
     reset: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNvLinkDown {
+    link: u32,
+    for_s: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNvLinkErrors {
+    link: u32,
+    #[serde(default)]
+    crc_flit: u64,
+    #[serde(default)]
+    crc_data: u64,
+    #[serde(default)]
+    replay: u64,
+    #[serde(default)]
+    recovery: u64,
 }
 
 #[derive(Deserialize)]
@@ -306,6 +357,18 @@ impl TryFrom<RawFault> for Fault {
         if let Some(n) = raw.pcie_replays {
             kinds.push(("pcie_replays", FaultKind::PcieReplays(n)));
         }
+        if let Some(d) = raw.nvlink_down {
+            kinds.push(("nvlink_down", FaultKind::NvLinkDown { link: d.link, for_s: d.for_s }));
+        }
+        if let Some(e) = raw.nvlink_errors {
+            let counts = NvLinkErrorCounts {
+                crc_flit: e.crc_flit,
+                crc_data: e.crc_data,
+                replay: e.replay,
+                recovery: e.recovery,
+            };
+            kinds.push(("nvlink_errors", FaultKind::NvLinkErrors { link: e.link, counts }));
+        }
         match raw.reset {
             Some(true) => kinds.push(("reset", FaultKind::Reset)),
             Some(false) => return Err("`reset: false` schedules nothing".into()),
@@ -314,7 +377,7 @@ impl TryFrom<RawFault> for Fault {
         match kinds.len() {
             1 => Ok(Fault { at_s: raw.at_s, kind: kinds.remove(0).1 }),
             0 => Err("a fault needs one of xid, lost, hang, error, ecc_errors, temperature_ramp, clock_events, \
-                      remapped_rows, retired_pages, recovery_action, pcie_replays, reset"
+                      remapped_rows, retired_pages, recovery_action, pcie_replays, nvlink_down, nvlink_errors, reset"
                 .into()),
             _ => Err(format!(
                 "a fault has exactly one kind; this one has {}: split it into several entries",
@@ -326,8 +389,15 @@ impl TryFrom<RawFault> for Fault {
 
 impl Fault {
     /// Checks the fault against the GPU it is scheduled on (`mig_instances`: how many
-    /// MIG devices it has); the error is `(field within the fault, reason)`.
-    pub fn validate(&self, model: &Model, ecc_enabled: bool, mig_instances: usize) -> Result<(), (String, String)> {
+    /// MIG devices it has; `nvlink_links`: how many NVLink links); the error is
+    /// `(field within the fault, reason)`.
+    pub fn validate(
+        &self,
+        model: &Model,
+        ecc_enabled: bool,
+        mig_instances: usize,
+        nvlink_links: u32,
+    ) -> Result<(), (String, String)> {
         let err = |field: &str, reason: String| Err((field.to_string(), reason));
         if !(self.at_s.is_finite() && self.at_s >= 0.0) {
             return err("at_s", format!("{} is not a time >= 0", self.at_s));
@@ -390,9 +460,27 @@ impl Fault {
                     format!("{} does not retire pages (row remapping replaced it)", model.key),
                 );
             }
+            FaultKind::NvLinkDown { link, for_s } => {
+                check_link("nvlink_down", *link, nvlink_links, model)?;
+                if let Some(f) = for_s
+                    && !(f.is_finite() && *f > 0.0)
+                {
+                    return err("nvlink_down.for_s", format!("{f} must be > 0"));
+                }
+            }
+            FaultKind::NvLinkErrors { link, .. } => check_link("nvlink_errors", *link, nvlink_links, model)?,
             _ => {}
         }
         Ok(())
+    }
+}
+
+fn check_link(kind: &str, link: u32, links: u32, model: &Model) -> Result<(), (String, String)> {
+    let field = format!("{kind}.link");
+    match links {
+        0 => Err((field, format!("{} has no NVLink", model.key))),
+        n if link >= n => Err((field, format!("the GPU has {n} links (0 to {}); there is no {link}", n - 1))),
+        _ => Ok(()),
     }
 }
 
@@ -418,19 +506,19 @@ mod tests {
     fn hang_must_name_a_known_call() {
         let h100 = models::find("H100-SXM5-80GB").unwrap();
         let f = parse("{at_s: 1, hang: {call: nvmlDeviceGetFoo, for_s: 2}}").unwrap();
-        assert_eq!(f.validate(h100, true, 0).unwrap_err().0, "hang.call");
+        assert_eq!(f.validate(h100, true, 0, 18).unwrap_err().0, "hang.call");
         let f = parse("{at_s: 1, hang: {call: nvmlDeviceGetPowerUsage, for_s: 2}}").unwrap();
-        assert!(f.validate(h100, true, 0).is_ok());
+        assert!(f.validate(h100, true, 0, 18).is_ok());
     }
 
     #[test]
     fn faults_the_hardware_cannot_have_are_refused() {
         let rtx = models::find("RTX-4090-24GB").unwrap();
         let f = parse("{at_s: 1, ecc_errors: {uncorrected: 1}}").unwrap();
-        assert_eq!(f.validate(rtx, false, 0).unwrap_err().0, "ecc_errors");
+        assert_eq!(f.validate(rtx, false, 0, 0).unwrap_err().0, "ecc_errors");
         let a100 = models::find("A100-SXM4-80GB").unwrap();
         let f = parse("{at_s: 1, retired_pages: {double_bit: 1}}").unwrap();
-        assert!(f.validate(a100, true, 0).unwrap_err().1.contains("row remapping"));
+        assert!(f.validate(a100, true, 0, 12).unwrap_err().1.contains("row remapping"));
     }
 
     #[test]
@@ -439,15 +527,15 @@ mod tests {
         let f = parse("{at_s: 2, error: {call: nvmlDeviceGetEccMode, code: TIMEOUT, for_s: 3}}").unwrap();
         let FaultKind::Error(e) = &f.kind else { panic!("{f:?}") };
         assert_eq!((e.code.code(), e.mig), (10, None));
-        assert!(f.validate(h100, true, 0).is_ok());
+        assert!(f.validate(h100, true, 0, 18).is_ok());
         let err = parse("{at_s: 2, error: {call: nvmlDeviceGetEccMode, code: OOPS, for_s: 3}}").unwrap_err();
         assert!(err.contains("unknown variant `OOPS`"), "{err}");
         let on_mig = parse("{at_s: 0, error: {call: nvmlDeviceGetMemoryInfo_v2, code: UNKNOWN, for_s: 1, mig: 2}}");
         let on_mig = on_mig.unwrap();
-        assert!(on_mig.validate(h100, true, 3).is_ok());
-        assert_eq!(on_mig.validate(h100, true, 2).unwrap_err().0, "error.mig");
+        assert!(on_mig.validate(h100, true, 3, 18).is_ok());
+        assert_eq!(on_mig.validate(h100, true, 2, 18).unwrap_err().0, "error.mig");
         let gpu_wide = parse("{at_s: 0, error: {call: nvmlDeviceGetPowerUsage, code: UNKNOWN, for_s: 1, mig: 0}}");
-        let (field, reason) = gpu_wide.unwrap().validate(h100, true, 1).unwrap_err();
+        let (field, reason) = gpu_wide.unwrap().validate(h100, true, 1, 18).unwrap_err();
         assert_eq!(field, "error.call");
         assert!(reason.contains("NOT_SUPPORTED anyway"), "{reason}");
     }

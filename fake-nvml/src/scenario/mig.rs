@@ -69,6 +69,8 @@ pub struct InstanceValues {
     pub tensor_activity: Option<Signal>,
     /// DRAM bandwidth use (GPM). Default 0.
     pub dram_activity: Option<Signal>,
+    /// Graphics engine activity (GPM). Default: `sm_activity`.
+    pub graphics_activity: Option<Signal>,
     /// Memory allocated in the instance, MiB. Default 0.
     pub memory_used_mib: Option<Signal>,
 }
@@ -222,6 +224,7 @@ fn instance(
         ("sm_activity", &spec.values.sm_activity),
         ("tensor_activity", &spec.values.tensor_activity),
         ("dram_activity", &spec.values.dram_activity),
+        ("graphics_activity", &spec.values.graphics_activity),
         ("memory_used_mib", &spec.values.memory_used_mib),
     ] {
         if let Some(s) = signal {

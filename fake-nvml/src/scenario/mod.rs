@@ -13,6 +13,7 @@
 pub mod dra;
 pub mod fault;
 pub mod mig;
+pub mod nvlink;
 pub mod pods;
 pub mod signal;
 
@@ -23,6 +24,7 @@ use serde::Deserialize;
 pub use dra::{Dra, PublishedDevice};
 pub use fault::{ClockEventReason, Fault, FaultKind, RecoveryAction};
 pub use mig::MigInstance;
+pub use nvlink::NvLink;
 pub use pods::{ClaimedDevice, Container, KubeletSpec, Pod, Process};
 pub use signal::Signal;
 
@@ -102,6 +104,8 @@ pub struct GpuSpec {
     pub faults: Vec<Fault>,
     /// Present when the GPU is in MIG mode.
     pub mig: Option<mig::MigSpec>,
+    /// NVLink links and their traffic ([`nvlink`]); default: the model's links, idle.
+    pub nvlink: Option<nvlink::NvLinkSpec>,
 }
 
 /// Readings that move over time. Unset readings take the defaults noted on each.
@@ -139,6 +143,12 @@ pub struct Values {
     pub tensor_activity: Option<Signal>,
     /// GPM DRAM bandwidth use, percent. Default: `memory_activity`.
     pub dram_activity: Option<Signal>,
+    /// GPM graphics engine activity (`NVML_GPM_METRIC_GRAPHICS_UTIL`), percent.
+    /// Default: `utilization`.
+    pub graphics_activity: Option<Signal>,
+    /// Memory (HBM) temperature, °C; only on models with a memory sensor. Default:
+    /// the GPU temperature plus 4.
+    pub memory_temperature_c: Option<Signal>,
 }
 
 /// Counter values at scenario time 0; faults add to them.
@@ -192,6 +202,8 @@ pub struct Gpu {
     /// The MIG profiles the driver offers on this GPU: the model's, plus any extra
     /// ones the scenario gives (empty where the model has no MIG).
     pub mig_profiles: Vec<crate::models::MigProfile>,
+    /// NVLink links (none on a model without NVLink).
+    pub nvlink: NvLink,
 }
 
 /// The parts of a PCI bus id.
@@ -321,9 +333,12 @@ fn resolve_gpu(index: u32, spec: GpuSpec) -> Result<Gpu, FieldError> {
         None => (models::mig_profiles(model).to_vec(), None),
     };
     let mig_instances = mig.as_ref().map_or(0, Vec::len);
+    let nvlink = nvlink::resolve(spec.nvlink, model)?;
     let mut faults = spec.faults;
     for (i, fault) in faults.iter().enumerate() {
-        fault.validate(model, ecc_enabled, mig_instances).map_err(|(f, r)| (format!("faults[{i}].{f}"), r))?;
+        fault
+            .validate(model, ecc_enabled, mig_instances, nvlink.links)
+            .map_err(|(f, r)| (format!("faults[{i}].{f}"), r))?;
     }
     faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
     Ok(Gpu {
@@ -342,11 +357,14 @@ fn resolve_gpu(index: u32, spec: GpuSpec) -> Result<Gpu, FieldError> {
         faults,
         mig,
         mig_profiles,
+        nvlink,
     })
 }
 
 fn check_values(values: &Values, model: &Model) -> Result<(), FieldError> {
-    let named: [(&str, &Option<Signal>); 15] = [
+    let named: [(&str, &Option<Signal>); 17] = [
+        ("graphics_activity", &values.graphics_activity),
+        ("memory_temperature_c", &values.memory_temperature_c),
         ("sm_activity", &values.sm_activity),
         ("tensor_activity", &values.tensor_activity),
         ("dram_activity", &values.dram_activity),
@@ -370,6 +388,12 @@ fn check_values(values: &Values, model: &Model) -> Result<(), FieldError> {
     }
     if values.encoder_utilization.is_some() && !model.nvenc {
         return Err(("values.encoder_utilization".into(), format!("{} has no NVENC encoder", model.key)));
+    }
+    if values.memory_temperature_c.is_some() && !model.memory_temperature() {
+        return Err((
+            "values.memory_temperature_c".into(),
+            format!("{} reports no memory temperature (no HBM sensor)", model.key),
+        ));
     }
     if values.decoder_utilization.is_some() && !model.nvdec {
         return Err(("values.decoder_utilization".into(), format!("{} has no NVDEC decoder", model.key)));
@@ -489,6 +513,26 @@ mod tests {
     fn encoder_on_h100_is_refused() {
         let (field, _) = refused("gpus: [{model: H100-SXM5-80GB, values: {encoder_utilization: 5}}]");
         assert_eq!(field, "gpus[0].values.encoder_utilization");
+    }
+
+    #[test]
+    fn nvlink_and_memory_temperature_are_refused_where_the_board_lacks_them() {
+        let (field, reason) = refused("gpus: [{model: L40S-48GB, nvlink: {tx_bytes_per_second: 1e9}}]");
+        assert_eq!((field.as_str(), reason.as_str()), ("gpus[0].nvlink", "L40S-48GB has no NVLink"));
+        let (field, reason) = refused("gpus: [{model: L40S-48GB, values: {memory_temperature_c: 70}}]");
+        assert_eq!(field, "gpus[0].values.memory_temperature_c");
+        assert!(reason.contains("no memory temperature"), "{reason}");
+        let (field, _) = refused("gpus: [{model: H100-SXM5-80GB, nvlink: {links: 40}}]");
+        assert_eq!(field, "gpus[0].nvlink.links");
+        let (field, reason) =
+            refused("gpus: [{model: H100-SXM5-80GB, nvlink: {links: 4}, faults: [{at_s: 1, nvlink_down: {link: 4}}]}]");
+        assert_eq!(field, "gpus[0].faults[0].nvlink_down.link");
+        assert!(reason.contains("4 links"), "{reason}");
+        let (field, _) =
+            refused("gpus: [{model: L40S-48GB, faults: [{at_s: 1, nvlink_errors: {link: 0, replay: 1}}]}]");
+        assert_eq!(field, "gpus[0].faults[0].nvlink_errors.link");
+        let s = Scenario::parse("n.yaml", "gpus: [{model: H200-SXM-141GB}, {model: L40S-48GB}]").unwrap();
+        assert_eq!((s.gpus[0].nvlink.links, s.gpus[1].nvlink.links), (18, 0));
     }
 
     #[test]
