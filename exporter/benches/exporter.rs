@@ -23,7 +23,8 @@ use gpu_exporter::exposition::Format;
 use gpu_exporter::nvml::worker::{GpuWorker, read_all};
 use gpu_exporter::render::{RenderContext, render};
 use gpu_exporter::snapshot::{
-    ClockEvents, EccCounts, GpuReadings, GpuSnapshot, GpuState, MemoryReading, RecoveryAction, RemappedRows, Snapshot,
+    ClockEvents, EccCounts, GpuReadings, GpuSnapshot, GpuState, MemoryReading, NvLinkErrors, NvLinkReading,
+    RecoveryAction, RemappedRows, Snapshot,
 };
 use support::{
     PROMETHEUS_ACCEPT, SCRAPERS, SCRAPES_PER_SCRAPER, Spawned, build_fake, micros, percentile, repo_root, resource_use,
@@ -150,5 +151,17 @@ fn full_readings() -> GpuReadings {
         sm_activity_percent: Some(68.5),
         tensor_activity_percent: Some(41.0),
         dram_activity_percent: Some(30.25),
+        graphics_activity_percent: Some(70.5),
+        memory_temperature_celsius: Some(67),
+        // An H100 SXM5 has 18 NVLink links.
+        nvlinks: (0..18)
+            .map(|link| NvLinkReading {
+                link,
+                active: Some(true),
+                tx_bytes: Some(1_234_567_890_000 + u64::from(link)),
+                rx_bytes: Some(1_234_567_000_000 + u64::from(link)),
+                errors: NvLinkErrors { crc_flit: Some(0), crc_data: Some(0), replay: Some(0), recovery: Some(0) },
+            })
+            .collect(),
     }
 }

@@ -1,6 +1,10 @@
 //! GPM activity over the collection interval: each cycle takes a new GPM sample per
-//! GPU (or per MIG GPU instance) and computes SM, tensor and DRAM activity between it
-//! and the previous cycle's sample. The first cycle has no previous sample, so its
+//! GPU (or per MIG GPU instance) and computes SM, tensor, DRAM and graphics engine
+//! activity between it and the previous cycle's sample, in one `nvmlGpmMetricsGet`.
+//! Metric ids as `nvml.h` defines `nvmlGpmMetricId_t` (NVIDIA/go-nvml
+//! `gen/nvml/nvml.h`: `NVML_GPM_METRIC_GRAPHICS_UTIL = 1`, "Percentage of time any
+//! compute/graphics app was active on the GPU", the reading dcgm-exporter serves as
+//! `DCGM_FI_PROF_GR_ENGINE_ACTIVE`). The first cycle has no previous sample, so its
 //! activity is absent rather than a made-up number.
 
 use std::collections::HashMap;
@@ -19,6 +23,7 @@ pub struct Activity {
     pub sm: Option<f64>,
     pub tensor: Option<f64>,
     pub dram: Option<f64>,
+    pub graphics: Option<f64>,
 }
 
 /// Where a sample was taken.
@@ -57,13 +62,18 @@ impl GpmTracker {
             Some(handle) => {
                 // SAFETY: the handle came from `into_handle` on a sample of this `nvml`.
                 let previous = unsafe { GpmSample::from_handle(nvml, handle) };
-                let ids = [GpmMetricId::SmUtil, GpmMetricId::AnyTensorUtil, GpmMetricId::DramBwUtil];
+                let ids = [
+                    GpmMetricId::SmUtil,
+                    GpmMetricId::AnyTensorUtil,
+                    GpmMetricId::DramBwUtil,
+                    GpmMetricId::GraphicsUtil,
+                ];
                 let key = CallKey::on("nvmlGpmMetricsGet", device);
                 let metrics = calls.get(key, || gpm_metrics_get(nvml, &previous, &current, &ids))?;
                 let value = |i: usize| -> Option<f64> {
                     metrics.as_ref()?.get(i)?.as_ref().ok().map(|m| m.value).filter(|v| v.is_finite())
                 };
-                Activity { sm: value(0), tensor: value(1), dram: value(2) }
+                Activity { sm: value(0), tensor: value(1), dram: value(2), graphics: value(3) }
             }
             None => Activity::default(),
         };

@@ -180,6 +180,7 @@ impl MigReader {
             sm_activity_percent: activity.sm,
             tensor_activity_percent: activity.tensor,
             dram_activity_percent: activity.dram,
+            graphics_activity_percent: activity.graphics,
             processes,
         }))
     }

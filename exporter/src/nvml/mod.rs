@@ -9,6 +9,7 @@ pub mod errors;
 pub mod events;
 pub mod gpm;
 pub mod mig;
+pub mod nvlink;
 pub mod processes;
 pub mod read;
 pub mod tracker;

@@ -29,8 +29,8 @@ use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id::{
-    NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_FI_DEV_REMAPPED_COR, NVML_FI_DEV_REMAPPED_FAILURE,
-    NVML_FI_DEV_REMAPPED_PENDING, NVML_FI_DEV_REMAPPED_UNC,
+    NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_FI_DEV_MEMORY_TEMP, NVML_FI_DEV_REMAPPED_COR,
+    NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_REMAPPED_PENDING, NVML_FI_DEV_REMAPPED_UNC,
 };
 
 use super::calls::{CallFailure, CallKey, Calls, Lost, Settled};
@@ -42,6 +42,14 @@ use crate::snapshot::{
     ClockEvents, EccCounts, GpuIdentity, GpuReadings, MemoryReading, MigState, ProcessUsage, RecoveryAction,
     RemappedRows, RetiredPages,
 };
+
+/// The readings of the per-cycle `nvmlDeviceGetFieldValues` call.
+#[derive(Debug, Default)]
+struct FieldReadings {
+    remapped_rows: Option<RemappedRows>,
+    recovery_action: Option<RecoveryAction>,
+    memory_temperature_celsius: Option<u32>,
+}
 
 /// How reading a GPU ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -102,6 +110,9 @@ struct Statics {
     supported_clock_events: Settled<u64>,
     ecc_enabled: Settled<bool>,
     gpm_supported: Settled<bool>,
+    /// NVLink links the GPU has (`NVML_FI_DEV_NVLINK_LINK_COUNT`); 0 or `NOT_SUPPORTED`
+    /// on boards without NVLink.
+    nvlink_count: Settled<u32>,
 }
 
 // NVML's argument values, for the keys of calls that take one.
@@ -198,6 +209,7 @@ impl GpuReader {
                     readings.sm_activity_percent = activity.sm;
                     readings.tensor_activity_percent = activity.tensor;
                     readings.dram_activity_percent = activity.dram;
+                    readings.graphics_activity_percent = activity.graphics;
                 }
             }
             Ok(readings)
@@ -242,6 +254,9 @@ fn read_statics(calls: &mut Calls<'_>, device: &Device<'_>, s: &mut Statics) -> 
     })?;
     s.ecc_enabled.read(calls, key("nvmlDeviceGetEccMode"), || device.is_ecc_enabled().map(|m| m.currently_enabled))?;
     s.gpm_supported.read(calls, key("nvmlGpmQueryDeviceSupport"), || device.gpm_support())?;
+    if !s.nvlink_count.is_settled() {
+        super::nvlink::read_link_count(calls, device, &mut s.nvlink_count)?;
+    }
     Ok(())
 }
 
@@ -286,7 +301,8 @@ fn read_dynamic(
     let ecc_enabled = statics.ecc_enabled.get();
     let ecc = if ecc_enabled == Some(true) { read_ecc(calls, device)? } else { None };
     let retired_pages = read_retired_pages(calls, device)?;
-    let (remapped_rows, recovery_action) = read_fields(calls, device)?;
+    let fields = read_fields(calls, device)?;
+    let nvlinks = super::nvlink::read(calls, device, statics.nvlink_count.get().unwrap_or(0))?;
     let active_events = calls
         .get(key("nvmlDeviceGetCurrentClocksThrottleReasons"), || device.current_throttle_reasons())?
         .map(|r| r.bits());
@@ -314,12 +330,14 @@ fn read_dynamic(
         ecc_enabled,
         ecc,
         retired_pages,
-        remapped_rows,
+        remapped_rows: fields.remapped_rows,
+        memory_temperature_celsius: fields.memory_temperature_celsius,
+        nvlinks,
         clock_events: match (statics.supported_clock_events.get(), active_events) {
             (Some(supported), Some(active)) => Some(ClockEvents { supported, active }),
             _ => None,
         },
-        recovery_action,
+        recovery_action: fields.recovery_action,
         ..GpuReadings::default()
     })
 }
@@ -358,14 +376,14 @@ fn read_retired_pages(calls: &mut Calls<'_>, device: &Device<'_>) -> Result<Opti
     })
 }
 
-/// Row remapping and the recovery action, in one `nvmlDeviceGetFieldValues` call
-/// (`nvml-wrapper` does not wrap `nvmlDeviceGetRemappedRows`). A field that answers
-/// `GPU_IS_LOST` ends the read as Lost, as the call itself would; any other per-field
-/// error leaves that field absent and is counted.
-fn read_fields(
-    calls: &mut Calls<'_>,
-    device: &Device<'_>,
-) -> Result<(Option<RemappedRows>, Option<RecoveryAction>), Lost> {
+/// Row remapping, the recovery action and the memory temperature, in one
+/// `nvmlDeviceGetFieldValues` call (`nvml-wrapper` does not wrap
+/// `nvmlDeviceGetRemappedRows`; `nvml.h` has no temperature sensor for memory, only
+/// the field `NVML_FI_DEV_MEMORY_TEMP`, 82, which is what DCGM reads for
+/// `DCGM_FI_DEV_MEMORY_TEMP`: NVIDIA/DCGM `dcgmlib/src/DcgmCacheManager.cpp`). A field
+/// that answers `GPU_IS_LOST` ends the read as Lost, as the call itself would; any
+/// other per-field error leaves that field absent and is counted.
+fn read_fields(calls: &mut Calls<'_>, device: &Device<'_>) -> Result<FieldReadings, Lost> {
     const CALL: &str = "nvmlDeviceGetFieldValues";
     let ids = [
         FieldId(NVML_FI_DEV_REMAPPED_COR),
@@ -373,14 +391,16 @@ fn read_fields(
         FieldId(NVML_FI_DEV_REMAPPED_PENDING),
         FieldId(NVML_FI_DEV_REMAPPED_FAILURE),
         FieldId(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
+        FieldId(NVML_FI_DEV_MEMORY_TEMP),
     ];
     let Some(samples) = calls.get(CallKey::on(CALL, device), || device.field_values_for(&ids))? else {
-        return Ok((None, None));
+        return Ok(FieldReadings::default());
     };
     let mut values: Vec<Option<u64>> = Vec::with_capacity(samples.len());
     let mut failed: Option<NvmlError> = None;
-    for sample in samples {
+    for (i, sample) in samples.into_iter().enumerate() {
         match sample.and_then(|s| s.value) {
+            Ok(v) if i == MEMORY_TEMP_SLOT => values.push(memory_temperature(&v)),
             Ok(v) => values.push(as_u64(&v)),
             Err(NvmlError::GpuLost) => return Err(Lost),
             // A board without row remapping (or a recovery action) says so per field.
@@ -401,7 +421,23 @@ fn read_fields(
         _ => None,
     };
     let action = values.get(4).copied().flatten().map(|code| RecoveryAction::from_code(code as u32));
-    Ok((rows, action))
+    let memory_temperature_celsius = values.get(MEMORY_TEMP_SLOT).copied().flatten().map(|c| c as u32);
+    Ok(FieldReadings { remapped_rows: rows, recovery_action: action, memory_temperature_celsius })
+}
+
+/// Position of `NVML_FI_DEV_MEMORY_TEMP` in [`read_fields`]' request.
+const MEMORY_TEMP_SLOT: usize = 5;
+
+/// The memory temperature in a field value. Some drivers (r545, NVIDIA bug 4300930,
+/// noted in DCGM's `DcgmCacheManager.cpp`) label the value a double while writing an
+/// unsigned int: a "double" whose upper 32 bits are zero is that integer. DCGM also
+/// treats a reading over 200 °C as no reading; so does this.
+fn memory_temperature(value: &SampleValue) -> Option<u64> {
+    let celsius = match *value {
+        SampleValue::F64(v) if v.to_bits() >> 32 == 0 => v.to_bits(),
+        ref other => as_u64(other)?,
+    };
+    (celsius <= 200).then_some(celsius)
 }
 
 fn as_u64(value: &SampleValue) -> Option<u64> {

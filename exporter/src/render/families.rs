@@ -63,6 +63,11 @@ pub const TEMP_SHUTDOWN: Family = Family::gauge(
     Some("celsius"),
     "Temperature at which the GPU shuts down, in degrees Celsius.",
 );
+pub const MEMORY_TEMPERATURE: Family = Family::gauge(
+    "gpu_memory_temperature_celsius",
+    Some("celsius"),
+    "Device memory (HBM) temperature, in degrees Celsius; absent on boards without a memory sensor.",
+);
 pub const SM_CLOCK_MAX: Family = Family::gauge("gpu_sm_clock_max_mhz", None, "Maximum SM clock, in MHz.");
 pub const MEM_CLOCK_MAX: Family = Family::gauge("gpu_mem_clock_max_mhz", None, "Maximum memory clock, in MHz.");
 pub const ENCODER: Family = Family::gauge("gpu_encoder_utilization", None, "NVENC utilization, percent (0-100).");
@@ -112,6 +117,23 @@ pub const RECOVERY_ACTION: Family = Family::gauge(
     None,
     "Recovery the driver asks for: 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset.",
 );
+pub const NVLINK_UP: Family =
+    Family::gauge("gpu_nvlink_up", None, "1 if the NVLink link is active, 0 if it is down, per link.");
+pub const NVLINK_TX: Family = Family::counter(
+    "gpu_nvlink_tx_bytes",
+    Some("bytes"),
+    "NVLink data payload sent since the driver loaded, in bytes, per link.",
+);
+pub const NVLINK_RX: Family = Family::counter(
+    "gpu_nvlink_rx_bytes",
+    Some("bytes"),
+    "NVLink data payload received since the driver loaded, in bytes, per link.",
+);
+pub const NVLINK_ERRORS: Family = Family::counter(
+    "gpu_nvlink_errors",
+    None,
+    "NVLink data-link errors since the driver loaded, per link and error type (crc_flit, crc_data, replay, recovery).",
+);
 pub const XID_ERRORS: Family =
     Family::counter("gpu_xid_errors", None, "XID errors seen since the exporter started, by code.");
 pub const XID_LAST_SEEN: Family = Family::gauge(
@@ -135,6 +157,11 @@ pub const DRAM_ACTIVITY: Family = Family::gauge(
     "gpu_dram_activity",
     None,
     "Percent of peak DRAM bandwidth used over the last collection interval (GPM), per GPU or MIG instance.",
+);
+pub const GRAPHICS_ACTIVITY: Family = Family::gauge(
+    "gpu_graphics_activity",
+    None,
+    "Percent of time any compute or graphics work was active over the last collection interval (GPM graphics engine), per GPU or MIG instance.",
 );
 pub const MIG_ENABLED: Family = Family::gauge("gpu_mig_enabled", None, "1 if the GPU is in MIG mode.");
 pub const MIG_INSTANCE_INFO: Family =
@@ -268,6 +295,7 @@ pub const ALL: &[Family] = &[
     ENERGY,
     TEMP_SLOWDOWN,
     TEMP_SHUTDOWN,
+    MEMORY_TEMPERATURE,
     SM_CLOCK_MAX,
     MEM_CLOCK_MAX,
     ENCODER,
@@ -286,9 +314,14 @@ pub const ALL: &[Family] = &[
     REMAP_FAILED,
     CLOCK_EVENTS,
     RECOVERY_ACTION,
+    NVLINK_UP,
+    NVLINK_TX,
+    NVLINK_RX,
+    NVLINK_ERRORS,
     SM_ACTIVITY,
     TENSOR_ACTIVITY,
     DRAM_ACTIVITY,
+    GRAPHICS_ACTIVITY,
     MIG_ENABLED,
     MIG_INSTANCE_INFO,
     MIG_INSTANCE_SLICES,

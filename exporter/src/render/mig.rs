@@ -64,10 +64,11 @@ pub fn render_mig(
     let gpus = answered(snapshot, gpu_labels);
     type GpuActivity = fn(&GpuSnapshot) -> Option<f64>;
     type InstanceActivity = fn(&MigInstance) -> Option<f64>;
-    let activity: [(&Family, GpuActivity, InstanceActivity); 3] = [
+    let activity: [(&Family, GpuActivity, InstanceActivity); 4] = [
         (&f::SM_ACTIVITY, |g| g.readings.as_ref()?.sm_activity_percent, |i| i.sm_activity_percent),
         (&f::TENSOR_ACTIVITY, |g| g.readings.as_ref()?.tensor_activity_percent, |i| i.tensor_activity_percent),
         (&f::DRAM_ACTIVITY, |g| g.readings.as_ref()?.dram_activity_percent, |i| i.dram_activity_percent),
+        (&f::GRAPHICS_ACTIVITY, |g| g.readings.as_ref()?.graphics_activity_percent, |i| i.graphics_activity_percent),
     ];
     for (family, of_gpu, of_instance) in activity {
         enc.emit(family, &mut |s| {

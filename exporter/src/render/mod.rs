@@ -21,6 +21,7 @@ mod client;
 pub mod families;
 pub mod labels;
 mod mig;
+mod nvlink;
 mod pods;
 pub mod sink;
 
@@ -124,6 +125,7 @@ fn write_families(enc: &mut dyn Exposition, snapshot: &Snapshot, ctx: &RenderCon
     let instance_labels = mig::instance_labels(snapshot, &base_labels);
     render_gpu_state(enc, snapshot, &gpu_labels);
     render_readings(enc, snapshot, GpuLabels { held: &gpu_labels, device: &base_labels }, &instance_labels);
+    nvlink::render(enc, snapshot, &gpu_labels, &base_labels);
     mig::render_mig(enc, snapshot, &gpu_labels, &instance_labels);
     render_xids(enc, snapshot, &base_labels);
     render_self(enc, snapshot, ctx, &own);
@@ -234,6 +236,7 @@ const SINGLE_VALUE: &[(Family, Reading)] = &[
     (f::ENERGY, |r| r.energy_joules),
     (f::TEMP_SLOWDOWN, |r| r.temperature_slowdown_celsius.map(f64::from)),
     (f::TEMP_SHUTDOWN, |r| r.temperature_shutdown_celsius.map(f64::from)),
+    (f::MEMORY_TEMPERATURE, |r| r.memory_temperature_celsius.map(f64::from)),
     (f::SM_CLOCK_MAX, |r| r.sm_clock_max_mhz.map(f64::from)),
     (f::MEM_CLOCK_MAX, |r| r.mem_clock_max_mhz.map(f64::from)),
     (f::ENCODER, |r| r.encoder_percent.map(f64::from)),

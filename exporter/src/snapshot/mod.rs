@@ -125,6 +125,9 @@ pub struct MigInstance {
     pub sm_activity_percent: Option<f64>,
     pub tensor_activity_percent: Option<f64>,
     pub dram_activity_percent: Option<f64>,
+    /// GPM graphics engine activity (`NVML_GPM_METRIC_GRAPHICS_UTIL`): percent of time
+    /// any compute or graphics work was active on the instance, over the last interval.
+    pub graphics_activity_percent: Option<f64>,
     pub processes: Vec<ProcessUsage>,
 }
 
@@ -194,6 +197,9 @@ pub struct GpuReadings {
     pub temperature_celsius: Option<u32>,
     pub temperature_slowdown_celsius: Option<u32>,
     pub temperature_shutdown_celsius: Option<u32>,
+    /// Device memory (HBM) temperature, `NVML_FI_DEV_MEMORY_TEMP`; `None` on boards
+    /// without a memory sensor (GDDR boards answer `NOT_SUPPORTED`).
+    pub memory_temperature_celsius: Option<u32>,
     pub sm_clock_mhz: Option<u32>,
     pub mem_clock_mhz: Option<u32>,
     pub sm_clock_max_mhz: Option<u32>,
@@ -216,6 +222,54 @@ pub struct GpuReadings {
     pub sm_activity_percent: Option<f64>,
     pub tensor_activity_percent: Option<f64>,
     pub dram_activity_percent: Option<f64>,
+    /// GPM graphics engine activity of the whole GPU (`NVML_GPM_METRIC_GRAPHICS_UTIL`),
+    /// percent of time any compute or graphics work was active, over the last interval.
+    pub graphics_activity_percent: Option<f64>,
+    /// The GPU's NVLink links, by link number; empty on a GPU without NVLink (PCIe
+    /// boards) or where the driver does not report them.
+    pub nvlinks: Vec<NvLinkReading>,
+}
+
+/// One NVLink link of a GPU in one cycle. Each part is `None` where the driver
+/// answered `NOT_SUPPORTED` or the call failed this cycle: absent, never zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NvLinkReading {
+    /// Link number, 0 to the GPU's link count - 1.
+    pub link: u32,
+    /// `nvmlDeviceGetNvLinkState`: whether the link is up.
+    pub active: Option<bool>,
+    /// Data payload bytes sent since the driver loaded (`NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX`,
+    /// which NVML counts in KiB).
+    pub tx_bytes: Option<u64>,
+    /// Data payload bytes received (`NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX`).
+    pub rx_bytes: Option<u64>,
+    /// `nvmlDeviceGetNvLinkErrorCounter`, counts since the driver loaded.
+    pub errors: NvLinkErrors,
+}
+
+/// The NVLink data-link error counters of one link (`nvmlNvLinkErrorCounter_t`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NvLinkErrors {
+    /// `NVML_NVLINK_ERROR_DL_CRC_FLIT`: flow-control digits received with a bad CRC.
+    pub crc_flit: Option<u64>,
+    /// `NVML_NVLINK_ERROR_DL_CRC_DATA`: data received with a bad CRC.
+    pub crc_data: Option<u64>,
+    /// `NVML_NVLINK_ERROR_DL_REPLAY`: transmissions replayed.
+    pub replay: Option<u64>,
+    /// `NVML_NVLINK_ERROR_DL_RECOVERY`: link recoveries (retraining after errors).
+    pub recovery: Option<u64>,
+}
+
+impl NvLinkErrors {
+    /// The four counters with their `error_type` label value, in render order.
+    pub fn by_type(&self) -> [(&'static str, Option<u64>); 4] {
+        [("crc_flit", self.crc_flit), ("crc_data", self.crc_data), ("replay", self.replay), ("recovery", self.recovery)]
+    }
+
+    /// The sum of the counters the link reports; `None` when it reports none.
+    pub fn total(&self) -> Option<u64> {
+        self.by_type().iter().filter_map(|(_, v)| *v).reduce(u64::saturating_add)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
