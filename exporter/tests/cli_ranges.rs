@@ -44,6 +44,13 @@ const ROWS: &[Row] = &[
     row("health.temperature-threshold", "TEMPERATURE_THRESHOLD", "60 to 105", ["60", "105"], ["59", "106"]),
     row("health.slowdown-margin", "GPU_EXPORTER_HEALTH_SLOWDOWN_MARGIN", "0 to 15", ["0", "15"], ["-1", "16"]),
     row("health.retired-pages-limit", "GPU_EXPORTER_HEALTH_RETIRED_PAGES_LIMIT", "0 to 64", ["0", "64"], ["-1", "65"]),
+    row(
+        "health.nvlink-error-threshold",
+        "GPU_EXPORTER_HEALTH_NVLINK_ERROR_THRESHOLD",
+        "0 to 1000000000",
+        ["0", "1000000000"],
+        ["-1", "1000000001"],
+    ),
     row("health.debounce-checks", "GPU_EXPORTER_HEALTH_DEBOUNCE_CHECKS", "1 to 20", ["1", "20"], ["0", "21"]),
     row("health.recovery-checks", "GPU_EXPORTER_HEALTH_RECOVERY_CHECKS", "1 to 20", ["1", "20"], ["0", "21"]),
     row("health.min-quarantine", "GPU_EXPORTER_HEALTH_MIN_QUARANTINE", "0s to 24h", ["0", "24h"], ["-1s", "86401"]),

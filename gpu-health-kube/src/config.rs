@@ -125,6 +125,29 @@ pub struct HealthArgs {
     )]
     pub retired_pages_limit: u64,
 
+    /// Treat an NVLink link that NVML reports down as a fault of its GPU (noisy: the
+    /// debounce applies). Off by default: only on nodes whose every link is wired and in
+    /// use (HGX/DGX boards) is a link down a fault rather than the board's design.
+    #[arg(
+        long = "health.nvlink-down",
+        env = "GPU_EXPORTER_HEALTH_NVLINK_DOWN",
+        default_value_t = false,
+        action = clap::ArgAction::Set
+    )]
+    pub nvlink_down: bool,
+
+    /// NVLink data-link errors on one link (CRC flit + CRC data + replay + recovery,
+    /// counted since the driver loaded or the GPU was reset) at or over which the GPU is
+    /// unhealthy, 0 to 1000000000 (0: off, the default). A healthy link counts none to
+    /// a few; docs/health.md says how to pick a value from a fleet's own counters.
+    #[arg(
+        long = "health.nvlink-error-threshold",
+        env = "GPU_EXPORTER_HEALTH_NVLINK_ERROR_THRESHOLD",
+        default_value_t = 0,
+        value_parser = Bounded::number(0u64, 1_000_000_000)
+    )]
+    pub nvlink_error_threshold: u64,
+
     /// Cordon and taint the node when it is unhealthy. Off: the condition, Events and
     /// metrics still tell, scheduling is left alone.
     #[arg(long = "health.auto-cordon", env = "AUTO_CORDON", default_value_t = true, action = clap::ArgAction::Set)]
@@ -364,6 +387,8 @@ impl HealthArgs {
                 slowdown_margin_c: self.slowdown_margin,
                 corrected_ecc: self.memory_error_threshold,
                 retired_pages: self.retired_pages_limit,
+                nvlink_down: self.nvlink_down,
+                nvlink_errors: self.nvlink_error_threshold,
             },
             policy: PolicySettings {
                 debounce_checks: self.debounce_checks.max(1),
@@ -441,6 +466,15 @@ mod tests {
         assert_eq!(s.breaker.gpu_limit(160), 16, "10 % of the fleet's GPUs");
         assert_eq!(s.breaker.gpu_config_map(), "gpu-health-breaker-gpus");
         assert_eq!(s.breaker.gpu_count_label, "nvidia.com/gpu.count");
+        assert_eq!((s.thresholds.nvlink_down, s.thresholds.nvlink_errors), (false, 0), "NVLink signals are off");
+    }
+
+    #[test]
+    fn the_nvlink_flags_turn_the_signals_on() {
+        let s = parse(&["--health.nvlink-down", "true", "--health.nvlink-error-threshold", "500"]).settings().unwrap();
+        assert_eq!((s.thresholds.nvlink_down, s.thresholds.nvlink_errors), (true, 500));
+        let err = Cli::try_parse_from(["x", "--health.nvlink-error-threshold", "1000000001"]).unwrap_err().to_string();
+        assert!(err.contains("--health.nvlink-error-threshold"), "{err}");
     }
 
     #[test]

@@ -95,10 +95,23 @@ pub struct GpuReadings {
     pub clock_events_active: Option<u64>,
     /// XID counts since the exporter started, by code.
     pub xid_counts: BTreeMap<u64, u64>,
+    /// The GPU's NVLink links; empty on a GPU without NVLink.
+    pub nvlinks: Vec<NvLink>,
     /// The DRA devices the node's ResourceSlices publish for this GPU: the whole GPU and
     /// each of its MIG instances. Empty where a device plugin hands the GPU out (or no
     /// slice names it): then the GPU cannot be kept from the scheduler on its own.
     pub dra_devices: Vec<DraDevice>,
+}
+
+/// One NVLink link of a GPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NvLink {
+    pub link: u32,
+    /// Whether NVML reports the link active; `None` when it could not be read.
+    pub active: Option<bool>,
+    /// Data-link errors (CRC flit + CRC data + replay + recovery) since the driver
+    /// loaded or the GPU was reset; `None` where the driver reports none of them.
+    pub errors: Option<u64>,
 }
 
 /// A device as DRA names it: the driver, the pool within the driver and the device

@@ -29,11 +29,26 @@ pub struct Thresholds {
     pub corrected_ecc: u64,
     /// Retired pages (single- plus double-bit) at or over which the GPU needs service.
     pub retired_pages: u64,
+    /// Whether an NVLink link NVML reports down is a signal (`--health.nvlink-down`).
+    /// Off by default: a board whose links are not all wired (or a link an
+    /// administrator turned off) would read as broken.
+    pub nvlink_down: bool,
+    /// NVLink data-link errors on one link since the driver loaded or the last reset
+    /// (CRC flit + CRC data + replay + recovery) at or over which the link is failing
+    /// (`--health.nvlink-error-threshold`); 0 turns the signal off, the default.
+    pub nvlink_errors: u64,
 }
 
 impl Default for Thresholds {
     fn default() -> Self {
-        Thresholds { temperature_c: 90, slowdown_margin_c: 5, corrected_ecc: 10, retired_pages: 60 }
+        Thresholds {
+            temperature_c: 90,
+            slowdown_margin_c: 5,
+            corrected_ecc: 10,
+            retired_pages: 60,
+            nvlink_down: false,
+            nvlink_errors: 0,
+        }
     }
 }
 
@@ -66,6 +81,10 @@ pub enum SignalKind {
     ThermalSlowdown,
     /// The board's power brake is lowering the clocks.
     PowerBrakeSlowdown,
+    /// An NVLink link is down (only with `Thresholds::nvlink_down`).
+    NvLinkDown,
+    /// An NVLink link's error count since the last reset is at or over the threshold.
+    NvLinkErrors,
     /// An NVML call on the GPU is past its deadline.
     NvmlHung,
     /// The GPU could not be read for another reason.
@@ -96,7 +115,7 @@ impl SignalKind {
         if let Some(n) = code.strip_prefix("Xid") {
             return n.parse().ok().map(Self::Xid);
         }
-        const ALL: [SignalKind; 14] = [
+        const ALL: [SignalKind; 16] = [
             SignalKind::GpuLost,
             SignalKind::EccUncorrected,
             SignalKind::RowRemapFailed,
@@ -109,6 +128,8 @@ impl SignalKind {
             SignalKind::Temperature,
             SignalKind::ThermalSlowdown,
             SignalKind::PowerBrakeSlowdown,
+            SignalKind::NvLinkDown,
+            SignalKind::NvLinkErrors,
             SignalKind::NvmlHung,
             SignalKind::GpuUnreadable,
         ];
@@ -130,6 +151,8 @@ impl SignalKind {
             Self::Temperature => "Temperature",
             Self::ThermalSlowdown => "ThermalSlowdown",
             Self::PowerBrakeSlowdown => "PowerBrakeSlowdown",
+            Self::NvLinkDown => "NvLinkDown",
+            Self::NvLinkErrors => "NvLinkErrors",
             Self::NvmlHung => "NvmlHung",
             Self::GpuUnreadable => "GpuUnreadable",
         }
@@ -150,6 +173,8 @@ impl SignalKind {
             | Self::Temperature
             | Self::ThermalSlowdown
             | Self::PowerBrakeSlowdown
+            | Self::NvLinkDown
+            | Self::NvLinkErrors
             | Self::NvmlHung
             | Self::GpuUnreadable => Severity::Noisy,
         }
@@ -253,6 +278,7 @@ fn assess_gpu(gpu: &GpuReadings, limits: &Thresholds) -> GpuAssessment {
         None => {}
     }
     thermal_signals(gpu, limits, &mut push);
+    nvlink_signals(gpu, limits, &mut push);
     GpuAssessment {
         index: gpu.index,
         uuid: gpu.uuid.clone(),
@@ -349,10 +375,40 @@ fn thermal_signals(gpu: &GpuReadings, limits: &Thresholds, push: &mut impl FnMut
     }
 }
 
+/// NVLink links down and links whose errors reached the threshold, one signal each
+/// naming every link it concerns.
+fn nvlink_signals(gpu: &GpuReadings, limits: &Thresholds, push: &mut impl FnMut(SignalKind, String)) {
+    let list = |links: Vec<String>| links.join(", ");
+    if limits.nvlink_down {
+        let down: Vec<String> =
+            gpu.nvlinks.iter().filter(|l| l.active == Some(false)).map(|l| l.link.to_string()).collect();
+        if !down.is_empty() {
+            push(SignalKind::NvLinkDown, format!("NVLink link {} down", list(down)));
+        }
+    }
+    if limits.nvlink_errors > 0 {
+        let failing: Vec<String> = gpu
+            .nvlinks
+            .iter()
+            .filter_map(|l| l.errors.filter(|e| *e >= limits.nvlink_errors).map(|e| format!("{} ({e} errors)", l.link)))
+            .collect();
+        if !failing.is_empty() {
+            push(
+                SignalKind::NvLinkErrors,
+                format!(
+                    "NVLink link {} at or over {} data-link errors since the last reset",
+                    list(failing),
+                    limits.nvlink_errors
+                ),
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observation::{Ecc, RemappedRows, RetiredPages};
+    use crate::observation::{Ecc, NvLink, RemappedRows, RetiredPages};
 
     fn observation(gpu: GpuReadings) -> Observation {
         Observation {
@@ -407,6 +463,43 @@ mod tests {
         let o = assess(&observation(ok_gpu(near)), &limits);
         assert_eq!(o.gpus[0].signals[0].kind, SignalKind::Temperature);
         assert!(o.gpus[0].signals[0].detail.contains("slowdown threshold 87"), "{:?}", o.gpus[0].signals);
+    }
+
+    fn links(links: &[(u32, Option<bool>, Option<u64>)]) -> GpuReadings {
+        let nvlinks = links.iter().map(|&(link, active, errors)| NvLink { link, active, errors }).collect();
+        GpuReadings { nvlinks, ..GpuReadings::default() }
+    }
+
+    #[test]
+    fn nvlink_signals_are_off_by_default() {
+        let r = links(&[(0, Some(false), Some(1_000_000)), (1, Some(true), Some(0))]);
+        assert!(kinds(r, &Thresholds::default()).is_empty());
+    }
+
+    #[test]
+    fn a_link_down_is_a_signal_when_asked_for() {
+        let limits = Thresholds { nvlink_down: true, ..Thresholds::default() };
+        let r = links(&[(0, Some(true), None), (3, Some(false), None), (7, Some(false), None), (8, None, None)]);
+        let o = assess(&observation(ok_gpu(r)), &limits);
+        let signals = &o.gpus[0].signals;
+        assert_eq!(signals.len(), 1, "{signals:?}");
+        assert_eq!(signals[0].kind, SignalKind::NvLinkDown);
+        assert_eq!(signals[0].detail, "NVLink link 3, 7 down", "an unread state is not a link down");
+        assert!(kinds(links(&[(0, Some(true), None)]), &limits).is_empty());
+        assert_eq!(SignalKind::NvLinkDown.severity(), Severity::Noisy);
+    }
+
+    #[test]
+    fn link_errors_count_at_the_threshold_and_absent_counters_never_do() {
+        let limits = Thresholds { nvlink_errors: 100, ..Thresholds::default() };
+        assert!(kinds(links(&[(0, Some(true), Some(99)), (1, Some(true), None)]), &limits).is_empty());
+        let r = links(&[(0, Some(true), Some(99)), (1, Some(true), Some(100)), (2, Some(true), Some(5000))]);
+        let o = assess(&observation(ok_gpu(r)), &limits);
+        assert_eq!(o.gpus[0].signals.len(), 1);
+        assert_eq!(o.gpus[0].signals[0].kind, SignalKind::NvLinkErrors);
+        assert!(o.gpus[0].signals[0].detail.contains("1 (100 errors), 2 (5000 errors)"), "{:?}", o.gpus[0].signals);
+        assert_eq!(SignalKind::from_code("NvLinkErrors"), Some(SignalKind::NvLinkErrors));
+        assert_eq!(SignalKind::from_code("NvLinkDown"), Some(SignalKind::NvLinkDown));
     }
 
     #[test]

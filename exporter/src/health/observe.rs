@@ -3,7 +3,7 @@
 //! and what a reading means live in `gpu-health`.
 
 use gpu_health::observation::{
-    DraDevice, Ecc, GpuReadings, GpuState, Nvml, Observation, Recovery, RemappedRows, RetiredPages,
+    DraDevice, Ecc, GpuReadings, GpuState, NvLink, Nvml, Observation, Recovery, RemappedRows, RetiredPages,
 };
 use gpu_health_kube::Source;
 
@@ -73,6 +73,12 @@ fn gpu(gpu: &GpuSnapshot, dra_devices: Vec<DraDevice>) -> GpuReadings {
         temperature_slowdown_celsius: r.and_then(|r| r.temperature_slowdown_celsius),
         clock_events_active: r.and_then(|r| r.clock_events).map(|c| c.active),
         xid_counts: gpu.xids.iter().map(|(code, x)| (*code, x.count)).collect(),
+        nvlinks: r
+            .map(|r| &r.nvlinks[..])
+            .unwrap_or_default()
+            .iter()
+            .map(|l| NvLink { link: l.link, active: l.active, errors: l.errors.total() })
+            .collect(),
         dra_devices,
     }
 }
@@ -125,6 +131,46 @@ mod tests {
             let o = observe(&up(GpuSnapshot { readings: Some(readings), ..GpuSnapshot::default() }));
             assert_eq!(o.gpus[0].recovery, want, "{action:?}");
         }
+    }
+
+    #[test]
+    fn nvlinks_are_copied_with_their_errors_summed() {
+        let links = vec![
+            snapshot::NvLinkReading {
+                link: 0,
+                active: Some(true),
+                tx_bytes: Some(1 << 30),
+                rx_bytes: Some(1 << 29),
+                errors: snapshot::NvLinkErrors {
+                    crc_flit: Some(3),
+                    crc_data: Some(1),
+                    replay: Some(10),
+                    recovery: Some(2),
+                },
+            },
+            // Down, and a driver that reports only the replay counter.
+            snapshot::NvLinkReading {
+                link: 1,
+                active: Some(false),
+                errors: snapshot::NvLinkErrors { replay: Some(4), ..snapshot::NvLinkErrors::default() },
+                ..snapshot::NvLinkReading::default()
+            },
+            // Nothing answered.
+            snapshot::NvLinkReading { link: 2, ..snapshot::NvLinkReading::default() },
+        ];
+        let readings = snapshot::GpuReadings { nvlinks: links, ..snapshot::GpuReadings::default() };
+        let o = observe(&up(GpuSnapshot { readings: Some(readings), ..GpuSnapshot::default() }));
+        assert_eq!(
+            o.gpus[0].nvlinks,
+            [
+                NvLink { link: 0, active: Some(true), errors: Some(16) },
+                NvLink { link: 1, active: Some(false), errors: Some(4) },
+                NvLink { link: 2, active: None, errors: None },
+            ]
+        );
+        let stale =
+            GpuSnapshot { state: snapshot::GpuState::Lost { since: SystemTime::now() }, ..GpuSnapshot::default() };
+        assert!(observe(&up(stale)).gpus[0].nvlinks.is_empty(), "no readings, no links");
     }
 
     #[test]
