@@ -449,3 +449,18 @@ fn as_u64(value: &SampleValue) -> Option<u64> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_memory_temperature_mislabelled_as_a_double_is_read_as_its_integer() {
+        assert_eq!(memory_temperature(&SampleValue::U32(71)), Some(71));
+        // The driver wrote uiVal = 68 into the union but said "double".
+        assert_eq!(memory_temperature(&SampleValue::F64(f64::from_bits(68))), Some(68));
+        assert_eq!(memory_temperature(&SampleValue::F64(70.0)), Some(70), "a real double is taken as it is");
+        assert_eq!(memory_temperature(&SampleValue::U32(201)), None, "over 200 °C is no reading");
+        assert_eq!(memory_temperature(&SampleValue::I64(-5)), None);
+    }
+}
