@@ -7,7 +7,7 @@
 //! leaves that reading absent for this cycle and is reported for the error counter
 //! (`gpu_exporter_nvml_errors_total`). Facts that do not change while the driver is
 //! loaded (identity, thresholds, maximum clocks, supported clock-event reasons, ECC
-//! mode, GPM support) are kept once settled: once the driver answered or said
+//! mode, GPM support, the NVLink link count) are kept once settled: once the driver answered or said
 //! `NOT_SUPPORTED`. A fact whose call failed otherwise is asked again every cycle, so
 //! a transient error at start-up (an ECC mode `UNKNOWN`, say) does not switch the
 //! readings that depend on it, and the health signals fed by them, off for good.
