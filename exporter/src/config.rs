@@ -127,6 +127,23 @@ pub struct Args {
     )]
     pub shutdown_timeout: Duration,
 
+    /// Whose metric names to serve: native (ours, docs/metrics.md), dcgm-exporter
+    /// (dcgm-exporter 4.8's default counters, for dashboards and rules written against
+    /// it) or both (for a migration). The gpu_exporter_* and gpu_health_* families are
+    /// served in every naming. See docs/replacing-dcgm-exporter.md.
+    #[arg(long = "metrics.naming", env = "GPU_EXPORTER_METRICS_NAMING", value_enum, default_value = "native")]
+    pub naming: crate::render::Naming,
+
+    /// The host label of dcgm-exporter's naming: hostname (dcgm-exporter after 4.8.2) or
+    /// Hostname (4.8.2 and before), whichever the dashboards and rules being kept use.
+    #[arg(
+        long = "metrics.dcgm-exporter.hostname-label",
+        env = "GPU_EXPORTER_METRICS_DCGM_EXPORTER_HOSTNAME_LABEL",
+        value_enum,
+        default_value = "hostname"
+    )]
+    pub dcgm_host_label: crate::render::dcgm::HostLabel,
+
     #[command(flatten)]
     pub health: crate::health::config::HealthArgs,
     #[command(flatten)]
@@ -180,6 +197,9 @@ impl Args {
             }
             if RESERVED_LABELS.contains(&name) {
                 return Err(bad("the exporter sets this label itself"));
+            }
+            if self.naming.dcgm() && crate::render::dcgm::LABELS.contains(&name) {
+                return Err(bad("dcgm-exporter's naming (--metrics.naming) sets this label itself"));
             }
             if labels.iter().any(|(n, _)| n == name) {
                 return Err(bad("given twice"));
@@ -252,6 +272,38 @@ mod tests {
         assert_eq!(err.to_string(), "--label \"gpu\": the exporter sets this label itself");
         assert!(matches!(args(&["--label", "novalue"]).validate(), Err(ConfigError::LabelSyntax(_))));
         assert!(matches!(args(&["--label", "1x=a"]).validate(), Err(ConfigError::LabelName { .. })));
+    }
+
+    #[test]
+    fn naming_is_read_from_the_flag_and_refused_when_unknown() {
+        use crate::render::Naming;
+        use crate::render::dcgm::HostLabel;
+        assert_eq!(args(&[]).naming, Naming::Native);
+        assert_eq!(args(&["--metrics.naming", "dcgm-exporter"]).naming, Naming::DcgmExporter);
+        assert_eq!(args(&["--metrics.naming", "both"]).naming, Naming::Both);
+        assert_eq!(args(&[]).dcgm_host_label, HostLabel::Lowercase);
+        assert_eq!(
+            args(&["--metrics.dcgm-exporter.hostname-label", "Hostname"]).dcgm_host_label,
+            HostLabel::Capitalized
+        );
+        let err = Args::try_parse_from(["gpu-exporter", "--metrics.naming", "dcgm"]).unwrap_err().to_string();
+        for part in ["--metrics.naming", "'dcgm'", "native", "dcgm-exporter", "both"] {
+            assert!(err.contains(part), "{part} in {err}");
+        }
+        let err = Args::try_parse_from(["gpu-exporter", "--metrics.dcgm-exporter.hostname-label", "HOSTNAME"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("'HOSTNAME'") && err.contains("Hostname"), "{err}");
+    }
+
+    #[test]
+    fn a_constant_label_may_not_take_a_dcgm_exporter_label_when_that_naming_is_served() {
+        assert!(args(&["--label", "modelName=x"]).validate().is_ok(), "free in our naming");
+        let err = args(&["--metrics.naming", "both", "--label", "modelName=x"]).validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--label \"modelName\": dcgm-exporter's naming (--metrics.naming) sets this label itself"
+        );
     }
 
     #[test]

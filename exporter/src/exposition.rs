@@ -51,6 +51,12 @@ pub enum Kind {
     Counter,
     /// Samples carry the `_info` suffix and the value 1; the family name does not.
     Info,
+    /// A counter whose samples keep the family name, without `_total`: names fixed by
+    /// another exporter's contract (dcgm-exporter's `DCGM_FI_DEV_PCIE_REPLAY_COUNTER`).
+    /// Text 0.0.4 types it `counter`, as that exporter does. OpenMetrics requires
+    /// `_total` on every counter sample, so there it is typed `unknown`, which keeps the
+    /// sample name the same in both formats (queries do not see the type).
+    BareCounter,
 }
 
 /// Static description of a family.
@@ -77,10 +83,14 @@ impl Family {
         Family { name, kind: Kind::Info, help, unit: None }
     }
 
+    pub const fn bare_counter(name: &'static str, help: &'static str) -> Family {
+        Family { name, kind: Kind::BareCounter, help, unit: None }
+    }
+
     /// The name samples are written with.
     pub fn sample_name(&self) -> String {
         match self.kind {
-            Kind::Gauge => self.name.to_string(),
+            Kind::Gauge | Kind::BareCounter => self.name.to_string(),
             Kind::Counter => format!("{}_total", self.name),
             Kind::Info => format!("{}_info", self.name),
         }
@@ -115,6 +125,8 @@ impl<'a> Encoder<'a> {
             (Format::OpenMetrics, Kind::Gauge) => (family.name.to_string(), "gauge"),
             (Format::OpenMetrics, Kind::Counter) => (family.name.to_string(), "counter"),
             (Format::OpenMetrics, Kind::Info) => (family.name.to_string(), "info"),
+            (Format::OpenMetrics, Kind::BareCounter) => (family.name.to_string(), "unknown"),
+            (Format::PrometheusText, Kind::BareCounter) => (family.name.to_string(), "counter"),
             (Format::PrometheusText, Kind::Gauge) => (family.name.to_string(), "gauge"),
             (Format::PrometheusText, Kind::Counter) => (self.current.clone(), "counter"),
             (Format::PrometheusText, Kind::Info) => (self.current.clone(), "gauge"),
@@ -227,6 +239,18 @@ mod tests {
         let info = Family { name: "gpu", kind: Kind::Info, help: "h", unit: None };
         assert!(render(Format::PrometheusText, &info, 1.0).contains("# TYPE gpu_info gauge\n"));
         assert!(render(Format::OpenMetrics, &info, 1.0).contains("# TYPE gpu info\n"));
+    }
+
+    #[test]
+    fn a_bare_counter_keeps_its_name_in_both_formats() {
+        let replays = Family::bare_counter("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.");
+        let text = render(Format::PrometheusText, &replays, 3.0);
+        assert!(text.contains("# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter\n"), "{text}");
+        assert!(text.contains("\nDCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"0\""), "{text}");
+        let om = render(Format::OpenMetrics, &replays, 3.0);
+        assert!(om.contains("# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER unknown\n"), "{om}");
+        assert!(om.contains("\nDCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"0\""), "{om}");
+        assert!(!om.contains("_total"), "{om}");
     }
 
     #[test]

@@ -72,6 +72,8 @@ async fn run(
         extra_labels: args.extra_labels()?,
         version: env!("CARGO_PKG_VERSION").to_string(),
         revision: option_env!("GPU_EXPORTER_REVISION").unwrap_or("unknown").to_string(),
+        naming: args.naming,
+        dcgm_host_label: args.dcgm_host_label,
     };
     let listener = bind(&args).await?;
     let local = listener.local_addr().context("listener address")?;

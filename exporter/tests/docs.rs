@@ -23,7 +23,7 @@ fn metrics_doc_lists_every_family_and_nothing_else() {
         let kind = row.split('|').nth(2).unwrap().trim();
         let expected = match family.kind {
             gpu_exporter::exposition::Kind::Gauge => "gauge",
-            gpu_exporter::exposition::Kind::Counter => "counter",
+            gpu_exporter::exposition::Kind::Counter | gpu_exporter::exposition::Kind::BareCounter => "counter",
             gpu_exporter::exposition::Kind::Info => "info",
         };
         assert_eq!(kind, expected, "type of {}", family.sample_name());

@@ -63,6 +63,11 @@ impl std::ops::Deref for Node {
 }
 
 fn start(scenario: &str) -> Node {
+    start_with(scenario, &[])
+}
+
+/// [`start`] with more flags.
+fn start_with(scenario: &str, extra: &[&str]) -> Node {
     let path = shipped_scenario(scenario);
     let dir = tempfile::tempdir().unwrap();
     let kubelet = fake_kubelet::start_in(&fake_nvml::scenario::Scenario::load(&path).unwrap(), dir.path()).unwrap();
@@ -82,6 +87,7 @@ fn start(scenario: &str) -> Node {
             "--path.pod-logs",
             &at("pods"),
         ])
+        .args(extra)
         .start();
     exporter.wait_ready();
     // The first pod-resources list and pod log scan run at start, beside the first cycles.
@@ -120,6 +126,12 @@ fn normalize(exposition: &str) -> String {
 }
 
 fn promtool_check(exposition: &str) {
+    let (success, report) = promtool(exposition);
+    assert!(success, "promtool check metrics failed:\n{report}");
+}
+
+/// `promtool check metrics` on `exposition`: whether it passed, and what it said.
+fn promtool(exposition: &str) -> (bool, String) {
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -129,12 +141,7 @@ fn promtool_check(exposition: &str) {
         .expect("promtool is installed (Debian package `prometheus`; .ci/run installs it)");
     child.stdin.take().unwrap().write_all(exposition.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
 fn compare(name: &str, actual: &str) {
@@ -173,6 +180,42 @@ fn every_shipped_scenario_matches_its_golden_file() {
         promtool_check(&raw);
         compare(&format!("{scenario}.prom"), &normalize(&raw));
     }
+}
+
+/// The seed's mixed node in dcgm-exporter's naming alone: the page dashboards written
+/// for dcgm-exporter read. promtool finds no error in it, and its only lint findings are
+/// the ones dcgm-exporter's own names force: counters without `_total` and the
+/// camelCase label names (`modelName`; `UUID` is upper case and passes), and the word
+/// `COUNTER` in `DCGM_FI_DEV_PCIE_REPLAY_COUNTER`.
+#[test]
+fn dcgm_exporter_naming_matches_its_golden_file_and_lints_only_for_its_names() {
+    let exporter = start_with("seed-mixed-node", &["--metrics.naming", "dcgm-exporter"]);
+    let raw = exporter.metrics();
+    assert!(raw.contains("\nDCGM_FI_DEV_GPU_UTIL{"), "{raw}");
+    compare("seed-mixed-node.dcgm-exporter.prom", &normalize(&raw));
+    let (_, report) = promtool(&raw);
+    let mut findings: Vec<&str> = report.lines().filter(|l| !l.trim().is_empty()).collect();
+    // promtool names a camelCase finding once per series; compare the distinct findings.
+    findings.sort();
+    findings.dedup();
+    let mut expected: Vec<String> = [
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    ]
+    .iter()
+    .map(|name| format!("{name} counter metrics should have \"_total\" suffix"))
+    .collect();
+    // And the name itself says what promtool wants only the type to say.
+    expected.push("DCGM_FI_DEV_PCIE_REPLAY_COUNTER metric name should not include type 'counter'".to_string());
+    for family in raw.lines().filter_map(|l| l.strip_prefix("# TYPE DCGM_")) {
+        let name = family.split(' ').next().unwrap_or_default();
+        expected.push(format!("DCGM_{name} label names should be written in 'snake_case' not 'camelCase'"));
+    }
+    expected.sort();
+    expected.dedup();
+    assert_eq!(findings, expected, "promtool's findings, all of them:\n{report}");
 }
 
 #[test]

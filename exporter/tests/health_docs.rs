@@ -7,7 +7,6 @@ use std::path::Path;
 
 use clap::CommandFactory as _;
 use gpu_exporter::config::Args;
-use gpu_exporter::exposition::Kind;
 use gpu_exporter::health::config::{BreakerSettings, Names};
 use gpu_exporter::health::metrics;
 use gpu_exporter::health::xid::{DEFAULT_TABLE, UNUSED_CODES};
@@ -45,11 +44,7 @@ fn the_xid_table_is_documented_as_shipped() {
 fn every_health_family_is_documented() {
     let doc = read("docs/health.md");
     for family in metrics::ALL {
-        let name = match family.kind {
-            Kind::Gauge => family.name.to_string(),
-            Kind::Counter => format!("{}_total", family.name),
-            Kind::Info => format!("{}_info", family.name),
-        };
+        let name = family.sample_name();
         assert!(doc.contains(&format!("| `{name}` |")), "docs/health.md lacks {name}");
     }
 }

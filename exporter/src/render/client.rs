@@ -110,6 +110,9 @@ impl FamilySamples<'_, '_> {
                 metric.encode_family(&series)?.encode_counter::<NoLabelSet, _, u64>(&n.unsigned_abs(), None)
             }
             (Kind::Counter, _) => metric.encode_family(&series)?.encode_counter::<NoLabelSet, _, u64>(&value, None),
+            // Typed `unknown` (see `Kind::BareCounter`); dcgm-exporter's families, the
+            // only ones, are written by our encoder, so this serves only completeness.
+            (Kind::BareCounter, _) => metric.encode_family(&series)?.encode_gauge(&value),
             (Kind::Gauge, Some(n)) => metric.encode_family(&series)?.encode_gauge(&n),
             (Kind::Gauge, None) => metric.encode_family(&series)?.encode_gauge(&value),
         }
@@ -129,6 +132,7 @@ fn metric_type(kind: Kind) -> MetricType {
         Kind::Gauge => MetricType::Gauge,
         Kind::Counter => MetricType::Counter,
         Kind::Info => MetricType::Info,
+        Kind::BareCounter => MetricType::Unknown,
     }
 }
 

@@ -16,8 +16,15 @@
 //! are described once, through [`sink::Exposition`], and [`Encoding`] picks who writes
 //! them: prometheus-client (`client`) or our own leaf encoder ([`crate::exposition`]).
 //! docs/design.md records which serves and why.
+//!
+//! Naming: [`Naming`] picks our names, dcgm-exporter's ([`dcgm`]) or both. Either way the
+//! exporter's own `gpu_exporter_*` families and the sections (`gpu_health_*`) are
+//! written; dcgm-exporter's families come last, after the sections, and always through
+//! our encoder, because prometheus-client cannot write a counter without `_total`
+//! (docs/design.md).
 
 mod client;
+pub mod dcgm;
 pub mod families;
 pub mod labels;
 mod mig;
@@ -43,6 +50,35 @@ pub struct RenderContext {
     pub extra_labels: Vec<(String, String)>,
     pub version: String,
     pub revision: String,
+    /// Whose metric names to serve.
+    pub naming: Naming,
+    /// The host label's name in dcgm-exporter's naming.
+    pub dcgm_host_label: dcgm::HostLabel,
+}
+
+/// Whose metric names the GPU families are served under (`--metrics.naming`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Naming {
+    /// Ours (docs/metrics.md).
+    #[default]
+    Native,
+    /// dcgm-exporter 4.8's default counters instead of ours (docs/replacing-dcgm-exporter.md).
+    #[value(name = "dcgm-exporter")]
+    DcgmExporter,
+    /// Both, for the weeks of a migration.
+    Both,
+}
+
+impl Naming {
+    /// Whether our GPU and pod families are served.
+    pub fn native(self) -> bool {
+        matches!(self, Naming::Native | Naming::Both)
+    }
+
+    /// Whether dcgm-exporter's families are served.
+    pub fn dcgm(self) -> bool {
+        matches!(self, Naming::DcgmExporter | Naming::Both)
+    }
 }
 
 /// Families that another part of the exporter renders after the exporter's own (the
@@ -96,15 +132,25 @@ pub fn render_encoded(
             if let Err(error) = client::encode(snapshot, ctx, sections, format, &mut out) {
                 tracing::error!(%error, "prometheus-client failed to encode the exposition");
             }
-            Encoder::new(&mut out, format).finish();
+            let mut enc = Encoder::new(&mut out, format);
+            write_dcgm(&mut enc, snapshot, ctx);
+            enc.finish();
         }
         Encoding::Ours => {
             let mut enc = Encoder::new(&mut out, format);
             write_all(&mut enc, snapshot, ctx, sections);
+            write_dcgm(&mut enc, snapshot, ctx);
             enc.finish();
         }
     }
     out
+}
+
+/// dcgm-exporter's families, when the naming asks for them; always our encoder's.
+fn write_dcgm(enc: &mut Encoder<'_>, snapshot: &Snapshot, ctx: &RenderContext) {
+    if ctx.naming.dcgm() {
+        dcgm::write(enc, snapshot, ctx);
+    }
 }
 
 /// Writes the exporter's own families, then each section's.
@@ -115,21 +161,26 @@ fn write_all(out: &mut dyn Exposition, snapshot: &Snapshot, ctx: &RenderContext,
     }
 }
 
-/// Writes the exporter's own families, in the documented order.
+/// Writes the exporter's own families, in the documented order: the GPU and pod
+/// families only in our naming, the `gpu_exporter_*` ones in every naming.
 fn write_families(enc: &mut dyn Exposition, snapshot: &Snapshot, ctx: &RenderContext) {
+    let native = ctx.naming.native();
     // Device labels only: counters and event records use these.
-    let base_labels: Vec<LabelSet> = snapshot.gpus.iter().map(|g| gpu_label_set(g, ctx)).collect();
-    // Pod attribution: the gauges of a device held by one container carry its owner's labels.
-    let gpu_labels = pods::with_owner_labels(snapshot, &base_labels);
+    let base_labels: Vec<LabelSet> =
+        if native { snapshot.gpus.iter().map(|g| gpu_label_set(g, ctx)).collect() } else { Vec::new() };
     let own = own_label_set(ctx);
-    let instance_labels = mig::instance_labels(snapshot, &base_labels);
-    render_gpu_state(enc, snapshot, &gpu_labels);
-    render_readings(enc, snapshot, GpuLabels { held: &gpu_labels, device: &base_labels }, &instance_labels);
-    nvlink::render(enc, snapshot, &gpu_labels, &base_labels);
-    mig::render_mig(enc, snapshot, &gpu_labels, &instance_labels);
-    render_xids(enc, snapshot, &base_labels);
+    if native {
+        // Pod attribution: the gauges of a device held by one container carry its owner's labels.
+        let gpu_labels = pods::with_owner_labels(snapshot, &base_labels);
+        let instance_labels = mig::instance_labels(snapshot, &base_labels);
+        render_gpu_state(enc, snapshot, &gpu_labels);
+        render_readings(enc, snapshot, GpuLabels { held: &gpu_labels, device: &base_labels }, &instance_labels);
+        nvlink::render(enc, snapshot, &gpu_labels, &base_labels);
+        mig::render_mig(enc, snapshot, &gpu_labels, &instance_labels);
+        render_xids(enc, snapshot, &base_labels);
+    }
     render_self(enc, snapshot, ctx, &own);
-    pods::render_pods(enc, snapshot, &base_labels, &own);
+    pods::render_pods(enc, snapshot, native.then_some(base_labels.as_slice()), &own);
 }
 
 fn gpu_label_set(gpu: &GpuSnapshot, ctx: &RenderContext) -> LabelSet {
@@ -212,7 +263,7 @@ impl<'a> GpuLabels<'a> {
     /// The label sets `family` is rendered with.
     fn of(self, family: &Family) -> &'a [LabelSet] {
         match family.kind {
-            Kind::Counter => self.device,
+            Kind::Counter | Kind::BareCounter => self.device,
             Kind::Gauge | Kind::Info => self.held,
         }
     }
@@ -426,6 +477,7 @@ mod tests {
             extra_labels: vec![("cluster".into(), "production".into()), ("region".into(), "cn-east".into())],
             version: "0.1.0".into(),
             revision: "abc".into(),
+            ..RenderContext::default()
         }
     }
 

@@ -59,9 +59,20 @@ fn push_container(labels: &mut LabelSet, owner: &ContainerRef, claim: Option<&st
     }
 }
 
-/// Renders the pod and attribution families. `gpu_labels` are without owner labels.
-pub(super) fn render_pods(enc: &mut dyn Exposition, snapshot: &Snapshot, gpu_labels: &[LabelSet], own: &LabelSet) {
+/// Renders the pod and attribution families. `gpu_labels` are without owner labels;
+/// `None` when our naming is not served, which leaves only the sources' own
+/// (`gpu_exporter_*`) families.
+pub(super) fn render_pods(
+    enc: &mut dyn Exposition,
+    snapshot: &Snapshot,
+    gpu_labels: Option<&[LabelSet]>,
+    own: &LabelSet,
+) {
     let Some(result) = &snapshot.attribution else { return };
+    let Some(gpu_labels) = gpu_labels else {
+        render_sources(enc, result, own);
+        return;
+    };
     let by_index: HashMap<u32, &LabelSet> = snapshot.gpus.iter().map(|g| g.index).zip(gpu_labels).collect();
     render_pod_info(enc, result, own);
     render_device_pod_info(enc, snapshot, result, gpu_labels);
@@ -188,6 +199,7 @@ mod tests {
             extra_labels: vec![("cluster".into(), "prod".into())],
             version: "0".into(),
             revision: "r".into(),
+            ..RenderContext::default()
         }
     }
 

@@ -1,0 +1,62 @@
+//! `--metrics.naming dcgm-exporter` serves dcgm-exporter 4.8's default counters with the
+//! names, types and help strings of its `etc/default-counters.csv` (a copy of the file
+//! at tag 4.5.3-4.8.2 is `tests/fixtures/dcgm-exporter/default-counters.csv`), and every
+//! active row of that file is either served or named here as not served, with the reason
+//! docs/replacing-dcgm-exporter.md gives.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use gpu_exporter::exposition::Kind;
+use gpu_exporter::render::dcgm::fields::FIELDS;
+
+/// Active rows we do not serve as a family: the label row, and readings we do not take.
+const NOT_SERVED: &[&str] = &[
+    "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+    "DCGM_FI_DRIVER_VERSION",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+];
+
+/// (name, type, help) of each row that is not a comment.
+fn rows() -> Vec<(String, String, String)> {
+    let path = common::repo_root().join("exporter/tests/fixtures/dcgm-exporter/default-counters.csv");
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let mut parts = l.splitn(3, ',').map(|p| p.trim().to_string());
+            (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn every_served_field_is_the_files_and_every_active_row_is_accounted_for() {
+    let rows = rows();
+    for field in FIELDS {
+        let family = &field.family;
+        let (_, kind, help) = rows.iter().find(|(n, _, _)| n == family.name).unwrap_or_else(|| {
+            panic!("{} is not an active row of default-counters.csv", family.name);
+        });
+        let ours = match family.kind {
+            Kind::Gauge => "gauge",
+            Kind::BareCounter => "counter",
+            other => panic!("{}: {other:?} is no type of the file", family.name),
+        };
+        assert_eq!(ours, kind, "type of {}", family.name);
+        assert_eq!(family.help, help, "help of {}", family.name);
+    }
+    let served: Vec<&str> = FIELDS.iter().map(|f| f.family.name).collect();
+    for (name, _, _) in &rows {
+        assert!(
+            served.contains(&name.as_str()) != NOT_SERVED.contains(&name.as_str()),
+            "{name}: served, or listed as not served, exactly once"
+        );
+    }
+    let order: Vec<&str> = rows.iter().map(|(n, _, _)| n.as_str()).filter(|n| served.contains(n)).collect();
+    assert_eq!(order, served, "served in the file's order");
+}
