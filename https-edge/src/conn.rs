@@ -11,29 +11,40 @@
 //!    client cannot hold a slot forever; HTTP/2 connections send keep-alive PINGs and
 //!    close when the peer stops answering.
 //! 3. Each request gets the client's address and certificates as extensions and goes to
-//!    the caller's service.
+//!    the caller's service, once its `Host` passed the HTTP/1.1 rule (`host`). From then
+//!    until its response body is written the connection counts as busy (`admit`), and
+//!    cannot be shed to make room for a new one.
+//! 4. An HTTP/1 connection that hyper ends with a refused request head (`400`, `414`,
+//!    `431`) lingers, reading a bounded amount of what the client still sends, so that
+//!    the answer arrives instead of a reset (`linger`).
+//!
+//! Whenever the connection is idle (handshaking, reading a head, between keep-alive
+//! requests, lingering) the accept loop may choose it to make room: it is then closed.
 //!
 //! Shutdown interrupts a pending handshake, and asks an open connection to finish
 //! gracefully (idle keep-alive connections close at once, requests in flight complete).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::pin;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use http::{Request, Response};
+use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tower::ServiceExt as _;
 
+use crate::admit::{Lease, Tracker};
+use crate::host;
+use crate::linger::{self, Returning};
 use crate::options::{Options, Transport};
 use crate::peer::{HandshakeCheck, PeerCertificates};
 use crate::reload::ServerTls;
@@ -82,8 +93,25 @@ pub(crate) async fn serve_connection<S>(
     context: std::sync::Arc<Context<S>>,
     stream: TcpStream,
     remote: SocketAddr,
+    stop: watch::Receiver<bool>,
+    lease: Lease,
+) where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+{
+    let tracker = lease.tracker();
+    tokio::select! {
+        () = connection(context, stream, remote, stop, tracker) => {}
+        () = lease.shed() => tracing::debug!(%remote, "closed to make room for a new connection"),
+    }
+}
+
+async fn connection<S>(
+    context: std::sync::Arc<Context<S>>,
+    stream: TcpStream,
+    remote: SocketAddr,
     mut stop: watch::Receiver<bool>,
-    _permit: OwnedSemaphorePermit,
+    tracker: Tracker,
 ) where
     S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
     S::Future: Send + 'static,
@@ -96,7 +124,8 @@ pub(crate) async fn serve_connection<S>(
             let Some(protocol) = plain_protocol(&stream, *h2c, &context.options, remote, &mut stop).await else {
                 return;
             };
-            serve_http(&context, TokioIo::new(stream), remote, PeerCertificates::default(), protocol, stop).await;
+            let peer = PeerCertificates::default();
+            serve_http(&context, stream, Client { remote, peer, tracker }, protocol, stop).await;
             return;
         }
         Transport::Tls(tls) => tls.clone(),
@@ -123,7 +152,7 @@ pub(crate) async fn serve_connection<S>(
         (false, false) => HandshakeCheck::KeyProven,
     };
     let peer = PeerCertificates::checked(chain, check);
-    serve_http(&context, TokioIo::new(stream), remote, peer, protocol, stop).await;
+    serve_http(&context, stream, Client { remote, peer, tracker }, protocol, stop).await;
 }
 
 /// Plain TCP: HTTP/1, or with h2c on, whichever the first bytes say; `None` when the
@@ -238,11 +267,17 @@ fn builder(options: &Options, protocol: Protocol) -> auto::Builder<TokioExecutor
     }
 }
 
-async fn serve_http<S, I>(
-    context: &Context<S>,
-    io: TokioIo<I>,
+/// Who a connection serves, as each of its requests sees it.
+struct Client {
     remote: SocketAddr,
     peer: PeerCertificates,
+    tracker: Tracker,
+}
+
+async fn serve_http<S, I>(
+    context: &Context<S>,
+    io: I,
+    client: Client,
     protocol: Protocol,
     mut stop: watch::Receiver<bool>,
 ) where
@@ -250,23 +285,53 @@ async fn serve_http<S, I>(
     S::Future: Send + 'static,
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let Client { remote, peer, tracker } = client;
     let inner = context.service.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let busy = tracker.begin();
         let mut request = request.map(Body::new);
         request.extensions_mut().insert(ConnectInfo(remote));
         request.extensions_mut().insert(peer.clone());
-        inner.clone().oneshot(request)
+        let refused = host::check(&request).err();
+        let inner = inner.clone();
+        async move {
+            let response = match refused {
+                Some(error) => {
+                    tracing::debug!(%remote, %error, "request refused");
+                    host::refusal(&error)
+                }
+                None => inner.oneshot(request).await?,
+            };
+            // Busy until the body is written (or dropped, when the client goes away).
+            Ok::<_, Infallible>(response.map(|body| {
+                Body::new(body.map_frame(move |frame| {
+                    let _busy = &busy;
+                    frame
+                }))
+            }))
+        }
     });
+    let (io, returned) = Returning::new(io);
     let builder = builder(&context.options, protocol);
-    let mut conn = pin!(builder.serve_connection(io, service));
+    // Boxed rather than pinned on the stack, so that it can be dropped (handing the
+    // stream back) before this function ends.
+    let mut conn = Box::pin(builder.serve_connection(TokioIo::new(io), service));
     let outcome = tokio::select! {
         outcome = conn.as_mut() => outcome,
         () = stopped(&mut stop) => {
             conn.as_mut().graceful_shutdown();
-            conn.await
+            conn.as_mut().await
         }
     };
-    if let Err(e) = outcome {
-        tracing::debug!(%remote, ?protocol, error = %e, "connection ended with an error");
+    let Err(e) = outcome else { return };
+    tracing::debug!(%remote, ?protocol, error = %e, "connection ended with an error");
+    // hyper answered a head it refused (400, 414, 431): let the answer arrive.
+    let refused_head = e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse);
+    if protocol == Protocol::Http1 && refused_head {
+        drop(conn);
+        if let Ok(io) = returned.await {
+            let dropped = linger::linger(io).await;
+            tracing::debug!(%remote, dropped, "lingered after refusing a request head");
+        }
     }
 }

@@ -48,21 +48,43 @@
 //! connections close, requests in flight may finish, and everything still open after
 //! [`Options::drain`] is aborted: [`serve`] returns within the drain however clients
 //! behave (defaults: 10 s here, chosen per binary by its `--shutdown-*` flag, below
-//! Kubernetes' 30 s termination grace period). Slow or silent clients are bounded before
-//! that too: `handshake_timeout` (10 s), `header_read_timeout` (30 s) and at most
-//! `max_connections` (512) connections at once.
+//! Kubernetes' 30 s termination grace period).
+//!
+//! # Connections under attack
+//!
+//! Slow or silent clients are bounded: a TLS client must finish its handshake within
+//! `handshake_timeout` of being accepted (5 s), and an HTTP/1 client must send each
+//! complete request head within `header_read_timeout` (5 s; counted from accept on
+//! plain HTTP, from the handshake's end on TLS, and from the previous response on a
+//! keep-alive connection), a third of the usual 15 s scrape interval. At most
+//! `max_connections` (1024) connections are open, `max_connections_per_peer` (256) from
+//! one address; at a limit the oldest *idle* connection is closed to make room, so a
+//! new client (a scrape, the kubelet's probe) is always accepted while any connection
+//! is idle, and accepting pauses only while all are serving requests. Before, a full
+//! server stopped accepting, and about 600 idle sockets locked every client out
+//! (`admit` explains the choice).
+//!
+//! Framing: a request head hyper refuses (`414`, `431`, `400`) is answered and the
+//! connection lingers, reading up to 4 MiB for up to 2 s, so that the answer is not lost
+//! to a reset (`linger`); an HTTP/1.1 request without exactly one valid `Host` gets
+//! `400`, as RFC 9112 section 3.2 requires (`host`).
 //!
 //! Modules, one job each: [`pem`] (reading PEM material), [`cert`] (what a certificate
 //! says), [`ca`](mod@ca) (client CA bundles), `client_auth` (the handshake's client
 //! certificate verifier), [`tls`](mod@tls) (settings to rustls), [`reload`](mod@reload)
 //! (rebuild on file change), `slot` (a replaceable certificate), [`peer`](mod@peer)
 //! (what a request sees), `options` (transport and limits), [`serve`](mod@serve) (accept
-//! loop, drain) and `conn` (one connection: TLS, HTTP/1.1 and HTTP/2).
+//! loop, drain), `admit` (connection limits, shedding idle connections), `conn` (one
+//! connection: TLS, HTTP/1.1 and HTTP/2), `host` (the `Host` rule) and `linger`
+//! (delivering a refusal).
 
+mod admit;
 pub mod ca;
 pub mod cert;
 mod client_auth;
 mod conn;
+mod host;
+mod linger;
 mod options;
 pub mod peer;
 pub mod pem;
@@ -77,6 +99,9 @@ pub use client_auth::{ClientCertRequest, ClientCerts};
 pub use peer::{HandshakeCheck, PeerCertificates};
 pub use pem::{Material, PemError, PemSource};
 pub use reload::ServerTls;
-pub use serve::{Options, ServeError, Transport, serve};
+pub use serve::{
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_PEER,
+    Options, ServeError, Transport, serve,
+};
 pub use slot::CertSlot;
 pub use tls::{Identity, TlsError, TlsSettings};

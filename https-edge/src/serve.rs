@@ -2,7 +2,9 @@
 //! slow client never blocks another), and shuts down gracefully.
 //!
 //! Limits and shutdown: at most `max_connections` connections (handshaking or open) at a
-//! time; at the limit, accepting pauses and new clients wait in the kernel backlog. When
+//! time, `max_connections_per_peer` of them from one address; at a limit the oldest idle
+//! connection is closed to make room, and accepting pauses only while every connection
+//! is busy serving a request (`admit` says why). When
 //! the shutdown future completes, the listener closes, pending handshakes and idle
 //! keep-alive connections close, requests in flight may finish, and whatever is still
 //! open after `drain` is aborted, so shutdown takes at most `drain` however a client
@@ -21,11 +23,15 @@ use std::time::Duration;
 use axum::body::Body;
 use http::{Request, Response};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::{JoinError, JoinSet};
 
-pub use crate::options::{Options, Transport};
+pub use crate::options::{
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_PEER,
+    Options, Transport,
+};
 
+use crate::admit::{Admission, Registry};
 use crate::conn::{self, Context};
 
 /// Why the server could not run.
@@ -59,19 +65,16 @@ where
     let addr = listener.local_addr().map_err(ServeError::LocalAddr)?;
     let context = Arc::new(Context::new(transport, options.clone(), service));
     let (stop_tx, stop_rx) = watch::channel(false);
-    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let registry = Registry::new(options.max_connections, options.max_connections_per_peer);
     let mut tasks = JoinSet::new();
     let mut shutdown = pin!(shutdown);
     loop {
-        let permit = tokio::select! {
+        tokio::select! {
             biased;
             () = &mut shutdown => break,
             Some(done) = tasks.join_next(), if !tasks.is_empty() => { report(done); continue; }
-            permit = slots.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-        };
+            () = registry.room() => {}
+        }
         let (stream, remote) = tokio::select! {
             biased;
             () = &mut shutdown => break,
@@ -92,7 +95,14 @@ where
                 }
             },
         };
-        tasks.spawn(conn::serve_connection(context.clone(), stream, remote, stop_rx.clone(), permit));
+        let lease = match registry.admit(remote.ip()) {
+            Admission::Admitted(lease) => lease,
+            Admission::Refused => {
+                tracing::debug!(%remote, "connection limit reached with every connection busy; closing the new one");
+                continue;
+            }
+        };
+        tasks.spawn(conn::serve_connection(context.clone(), stream, remote, stop_rx.clone(), lease));
     }
 
     drop(listener);

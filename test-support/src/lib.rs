@@ -4,10 +4,12 @@
 //! API server the exporter's node-scoped watches talk to ([`kube_api`]), an in-test
 //! Kubernetes API server ([`apiserver`]), typed Kubernetes objects for it ([`cluster`]),
 //! and simulated GPU nodes and the metrics adapter as processes behind it
-//! ([`simulated`]). A dev-dependency only; nothing here ships.
+//! ([`simulated`]), and loopback connection attacks on a serving edge ([`attack`]). A
+//! dev-dependency only; nothing here ships.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
 pub mod apiserver;
+pub mod attack;
 pub mod cluster;
 pub mod deploy;
 pub mod kube_api;

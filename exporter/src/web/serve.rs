@@ -57,8 +57,11 @@ pub struct ServeOptions {
     pub handshake_timeout: Duration,
     /// How long an HTTP/1 client may take to send a request's headers.
     pub header_read_timeout: Duration,
-    /// Connections served (or handshaking) at once; more wait in the kernel backlog.
+    /// Connections open at once; at the limit the oldest idle one is closed to make room.
     pub max_connections: usize,
+    /// Connections open at once from one IP address; at the limit its oldest idle one is
+    /// closed to make room (or the new one, when all are busy).
+    pub max_connections_per_ip: usize,
     /// Paths served without authentication (basic auth, a required client certificate)
     /// and outside the rate limit: the kubelet's probes carry no credentials. Compared
     /// with the request's path exactly (no normalisation, no prefix match), the way the
@@ -77,6 +80,7 @@ impl Default for ServeOptions {
             handshake_timeout: edge.handshake_timeout,
             header_read_timeout: edge.header_read_timeout,
             max_connections: edge.max_connections,
+            max_connections_per_ip: edge.max_connections_per_peer,
             probe_paths: PROBE_PATHS.iter().map(|p| (*p).to_owned()).collect(),
         }
     }
@@ -89,6 +93,7 @@ impl ServeOptions {
             handshake_timeout: self.handshake_timeout,
             header_read_timeout: self.header_read_timeout,
             max_connections: self.max_connections,
+            max_connections_per_peer: self.max_connections_per_ip,
             max_header_bytes: None,
         }
     }
