@@ -72,6 +72,7 @@ fn mig_gpu(index: u32) -> GpuSnapshot {
         sm_activity_percent: Some(10.0),
         tensor_activity_percent: Some(25.0),
         dram_activity_percent: None,
+        graphics_activity_percent: None,
         processes: Vec::new(),
     };
     g.mig = Some(MigState {
