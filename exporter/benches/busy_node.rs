@@ -7,6 +7,9 @@
 //! collection cycle as the exporter reports it (NVML reads, MIG, processes, attribution),
 //! `/metrics` p50/p99 under 10 concurrent scrapers, series and bytes, resident memory,
 //! and CPU at a 1 s collect interval.
+//!
+//! `BENCH_NAMING=native|dcgm-exporter|both` picks `--metrics.naming` (default native),
+//! for the cost of serving dcgm-exporter's names beside or instead of ours.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -74,7 +77,9 @@ fn main() {
     let kubelet_dir = dir.path().join("kubelet");
     std::fs::create_dir_all(&kubelet_dir).unwrap();
     let kubelet = fake_kubelet::start_in(&scenario, &kubelet_dir).unwrap();
+    let naming = std::env::var("BENCH_NAMING").unwrap_or_else(|_| "native".into());
     let extra = vec![
+        format!("--metrics.naming={naming}"),
         format!("--kubelet.pod-resources-socket={}", kubelet.socket().display()),
         format!("--path.procfs={}", kubelet_dir.join("proc").display()),
         format!("--path.pod-logs={}", kubelet_dir.join("pods").display()),
@@ -84,7 +89,7 @@ fn main() {
     std::thread::sleep(Duration::from_secs(3));
 
     println!(
-        "# Busy MIG node: {GPUS} H100 x {INSTANCES_PER_GPU} instances, {PODS} pods, {} processes\n",
+        "# Busy MIG node: {GPUS} H100 x {INSTANCES_PER_GPU} instances, {PODS} pods, {} processes, naming {naming}\n",
         PODS * PROCESSES_PER_POD
     );
     let mut cycles = Vec::new();

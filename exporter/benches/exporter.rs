@@ -163,5 +163,6 @@ fn full_readings() -> GpuReadings {
                 errors: NvLinkErrors { crc_flit: Some(0), crc_data: Some(0), replay: Some(0), recovery: Some(0) },
             })
             .collect(),
+        nvlink_data_bytes_per_second: Some(52_428_800_000.0),
     }
 }

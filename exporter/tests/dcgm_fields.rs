@@ -12,13 +12,7 @@ use gpu_exporter::exposition::Kind;
 use gpu_exporter::render::dcgm::fields::FIELDS;
 
 /// Active rows we do not serve as a family: the label row, and readings we do not take.
-const NOT_SERVED: &[&str] = &[
-    "DCGM_FI_DEV_MEMORY_TEMP",
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-    "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
-    "DCGM_FI_DRIVER_VERSION",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-];
+const NOT_SERVED: &[&str] = &["DCGM_FI_DEV_VGPU_LICENSE_STATUS", "DCGM_FI_DRIVER_VERSION"];
 
 /// (name, type, help) of each row that is not a comment.
 fn rows() -> Vec<(String, String, String)> {
@@ -59,4 +53,30 @@ fn every_served_field_is_the_files_and_every_active_row_is_accounted_for() {
     }
     let order: Vec<&str> = rows.iter().map(|(n, _, _)| n.as_str()).filter(|n| served.contains(n)).collect();
     assert_eq!(order, served, "served in the file's order");
+}
+
+/// docs/replacing-dcgm-exporter.md names every served field with its native twin, every
+/// field left out, and only deploy paths that exist.
+#[test]
+fn the_replacing_guide_covers_every_field_and_names_real_paths() {
+    let root = common::repo_root();
+    let guide = std::fs::read_to_string(root.join("docs/replacing-dcgm-exporter.md")).unwrap();
+    let table: Vec<&str> = guide.lines().filter(|l| l.starts_with("| `DCGM_")).collect();
+    for field in FIELDS {
+        let row = table.iter().find(|l| l.contains(&format!("`{}`", field.family.name)));
+        let row = row.unwrap_or_else(|| panic!("{} has no row in the guide's table", field.family.name));
+        assert!(row.contains("`gpu_"), "{}: its row names no native twin: {row}", field.family.name);
+    }
+    for name in NOT_SERVED {
+        assert!(guide.contains(&format!("`{name}`")), "{name} is not served and the guide does not say so");
+    }
+    let paths: Vec<&str> = guide
+        .split('`')
+        .filter(|p| p.starts_with("deploy/") || p.starts_with("docs/") || p.starts_with("exporter/"))
+        .collect();
+    assert!(paths.contains(&"deploy/components/dcgm-exporter-names"), "{paths:?}");
+    for path in paths {
+        let path = path.split_whitespace().next().unwrap();
+        assert!(root.join(path).exists(), "the guide names {path}, which does not exist");
+    }
 }

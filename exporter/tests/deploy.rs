@@ -677,7 +677,8 @@ fn yaml_file(path: &Path) -> Value {
 
 /// Renderings that carry the prometheus-operator objects.
 fn with_operator() -> Vec<&'static Render> {
-    let found: Vec<_> = renders().iter().filter(|r| all(&r.docs, "ServiceMonitor").next().is_some()).collect();
+    let found: Vec<_> =
+        renders().iter().filter(|r| find(&r.docs, "ServiceMonitor", "gpu-exporter").is_some()).collect();
     assert!(found.iter().any(|r| r.name == "deploy/overlays/prometheus-operator"));
     found
 }
@@ -774,9 +775,7 @@ fn selects(selector: &Value, labels: &Value) -> bool {
 #[test]
 fn the_service_monitor_scrapes_the_exporter_service_and_keeps_its_labels() {
     for r in with_operator() {
-        let monitors: Vec<_> = all(&r.docs, "ServiceMonitor").collect();
-        assert_eq!(monitors.len(), 1, "{}", r.name);
-        let monitor = monitors[0];
+        let monitor = find(&r.docs, "ServiceMonitor", "gpu-exporter").unwrap();
         let service = exporter_service(r);
         let namespace = service["metadata"]["namespace"].as_str().unwrap();
         assert_eq!(
@@ -828,6 +827,66 @@ fn the_service_monitor_scrapes_the_exporter_service_and_keeps_its_labels() {
                 assert!(dropped.iter().any(|re| re.is_match(label)), "{}: target label {label} is not dropped", r.name);
             }
         }
+    }
+}
+
+/// components/dcgm-exporter-names: both namings, behind a Service and a ServiceMonitor
+/// shaped as the GPU operator's for dcgm-exporter (NVIDIA/gpu-operator
+/// `assets/state-dcgm-exporter/0400_service.yaml`, `0500_service_monitor.yaml`), which
+/// lead to the exporter's metrics port and are not scraped twice.
+#[test]
+fn the_dcgm_exporter_component_serves_both_namings_behind_the_gpu_operators_service() {
+    let with: Vec<&Render> =
+        renders().iter().filter(|r| find(&r.docs, "Service", "nvidia-dcgm-exporter").is_some()).collect();
+    assert!(with.iter().any(|r| r.name == "deploy/overlays/dcgm-exporter"), "the overlay renders the component");
+    let command = Args::command();
+    for r in with {
+        let argv = exporter_argv(r, &command);
+        let args = Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{}: {argv:?}: {e}", r.name));
+        assert_eq!(args.naming, gpu_exporter::render::Naming::Both, "{}: {argv:?}", r.name);
+
+        let service = find(&r.docs, "Service", "nvidia-dcgm-exporter").unwrap();
+        assert_eq!(service["metadata"]["labels"]["app"], "nvidia-dcgm-exporter", "{}", r.name);
+        assert_eq!(service["metadata"]["annotations"]["prometheus.io/scrape"], "true", "{}", r.name);
+        let port = &service["spec"]["ports"][0];
+        assert_eq!((port["name"].as_str(), port["port"].as_i64()), (Some("gpu-metrics"), Some(9400)), "{}", r.name);
+        let pod_labels = &daemonset(r)["spec"]["template"]["metadata"]["labels"];
+        assert!(
+            service["spec"]["selector"].as_object().unwrap().iter().all(|(k, v)| pod_labels[k] == *v),
+            "{}: the Service selects the exporter pods",
+            r.name
+        );
+        let container = exporter_container(r);
+        let target = &port["targetPort"];
+        assert!(
+            container["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == *target || p["containerPort"] == *target),
+            "{}: gpu-metrics leads to {target}, not a port of the exporter",
+            r.name
+        );
+
+        let monitor = find(&r.docs, "ServiceMonitor", "nvidia-dcgm-exporter").unwrap();
+        assert_eq!(monitor["spec"]["jobLabel"], "app", "{}: job=\"nvidia-dcgm-exporter\" as before", r.name);
+        assert_eq!(monitor["spec"]["endpoints"][0]["port"], "gpu-metrics", "{}", r.name);
+        // Every ServiceMonitor of the rendering picks a different Service: no double scrape.
+        let mut picked = Vec::new();
+        for m in all(&r.docs, "ServiceMonitor") {
+            let namespaces = strings(&m["spec"]["namespaceSelector"]["matchNames"]);
+            picked.extend(
+                all(&r.docs, "Service")
+                    .filter(|s| namespaces.contains(&s["metadata"]["namespace"].as_str().unwrap()))
+                    .filter(|s| selects(&m["spec"]["selector"], &s["metadata"]["labels"]))
+                    .map(|s| s["metadata"]["name"].as_str().unwrap()),
+            );
+        }
+        let before = picked.len();
+        picked.sort();
+        picked.dedup();
+        assert_eq!(picked.len(), before, "{}: a Service scraped by two ServiceMonitors: {picked:?}", r.name);
+        assert!(picked.contains(&"nvidia-dcgm-exporter"), "{}", r.name);
     }
 }
 

@@ -200,6 +200,7 @@ fn dcgm_exporter_naming_matches_its_golden_file_and_lints_only_for_its_names() {
     findings.dedup();
     let mut expected: Vec<String> = [
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",

@@ -107,7 +107,12 @@ fn nvlink_memory_temperature_and_graphics_activity_through_nvml() {
 
     // Link 3 goes down at 5 s and counts errors; it carries nothing while down.
     set_clock(&clock, 10.0);
-    let m = until(&exporter, "link 3 down", |m| link(m, "gpu_nvlink_up", H100, "3", &[]) == Some(0.0));
+    // Error counters are read over a sweep of cycles (nvml::nvlink::ERROR_SWEEP_CYCLES),
+    // so they may follow the link state by a few cycles.
+    let m = until(&exporter, "link 3 down and its errors", |m| {
+        link(m, "gpu_nvlink_up", H100, "3", &[]) == Some(0.0)
+            && link(m, "gpu_nvlink_errors_total", H100, "3", &[("error_type", "recovery")]) == Some(1.0)
+    });
     let errors = |t: &str| link(&m, "gpu_nvlink_errors_total", H100, "3", &[("error_type", t)]);
     assert_eq!(
         (errors("crc_flit"), errors("crc_data"), errors("replay"), errors("recovery")),
@@ -148,4 +153,34 @@ fn a_hung_nvlink_call_stalls_only_its_gpu() {
         &[("gpu", "0"), ("call", "nvmlDeviceGetNvLinkErrorCounter"), ("error", "deadline_exceeded")],
     );
     assert_eq!(deadline, Some(1.0), "the hung call is named and counted once");
+}
+
+/// `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL` as DCGM computes it: the TX+RX KiB of every link
+/// between two reads, per second of NVML's sample timestamps, over 1000, truncated.
+#[test]
+fn dcgm_nvlink_bandwidth_is_the_rate_over_all_links_in_dcgms_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write_scenario(
+        dir.path(),
+        "node.yaml",
+        "gpus:
+  - model: H100-SXM5-80GB
+    uuid: GPU-a1000000-0000-4000-8000-000000000000
+    nvlink: {tx_bytes_per_second: 1048576, rx_bytes_per_second: 2048}
+  - model: L40S-48GB
+    uuid: GPU-a1000000-0000-4000-8000-000000000001
+",
+    );
+    let exporter = Launch::scenario(&scenario, None)
+        .args(&["--collect-interval", "300ms", "--nvml.call-timeout", "250ms", "--metrics.naming", "both"])
+        .start();
+    exporter.wait_ready();
+    let m = until(&exporter, "a bandwidth after two cycles", |m| {
+        sample(m, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", &[("UUID", H100)]).is_some()
+    });
+    // 18 links × (1 MiB + 2 KiB) per second = 18,468 KiB/s, over 1000: 18. The driver
+    // counts whole KiB, so a read may be up to a KiB per counter behind: ±1.
+    let value = sample(&m, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", &[("UUID", H100)]).unwrap();
+    assert!((value - 18.0).abs() <= 1.0, "{value}");
+    assert_eq!(sample(&m, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", &[("UUID", L40S)]), None, "no NVLink: absent");
 }

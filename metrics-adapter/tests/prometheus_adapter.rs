@@ -810,3 +810,99 @@ async fn the_example_queue_hpa_is_served_by_the_shipped_rules() {
     a.stop().await;
     c.prom.stop().await;
 }
+
+/// A prometheus-adapter rule written for dcgm-exporter, as NVIDIA's HPA guides write it
+/// (per-pod `DCGM_FI_DEV_GPU_UTIL`), works unchanged on the exporter in
+/// `--metrics.naming both`: the pod that holds a whole GPU gets its GPU's utilization.
+/// Pods sharing a time-sliced GPU carry no pod label in this naming (dcgm-exporter names
+/// one sharer arbitrarily, docs/replacing-dcgm-exporter.md), so the rule has nothing for
+/// them; the native `gpu_pod_utilization` has their split.
+const DCGM_UTIL: &str = r#"
+rules:
+- seriesQuery: 'DCGM_FI_DEV_GPU_UTIL{namespace!="",pod!=""}'
+  resources:
+    overrides:
+      namespace: {resource: "namespace"}
+      pod: {resource: "pod"}
+  name:
+    matches: "^DCGM_FI_DEV_GPU_UTIL$"
+    as: "gpu_util"
+  metricsQuery: 'avg(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dcgm_exporter_rule_on_gpu_util_works_unchanged() {
+    assert!(support::prometheus::binary().is_some(), "this test needs Debian's prometheus package");
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("node.yaml");
+    std::fs::write(
+        &scenario,
+        "gpus:
+  - {model: A100-SXM4-80GB, values: {utilization: 64}}
+  - {model: A100-SXM4-80GB, values: {utilization: 30}}
+pods:
+  - namespace: training
+    name: trainer-0
+    labels: {app: trainer}
+    containers:
+      - {name: main, devices: [{resource: nvidia.com/gpu, gpu: 0}], processes: [{pid: 4100, gpu: 0, memory_used_mib: 2000}]}
+  - namespace: training
+    name: trainer-1
+    labels: {app: trainer}
+    containers:
+      - {name: main, devices: [{resource: nvidia.com/gpu, gpu: 1, replica: 0}], processes: [{pid: 4200, gpu: 1, memory_used_mib: 1000}]}
+  - namespace: training
+    name: trainer-2
+    labels: {app: trainer}
+    containers:
+      - {name: main, devices: [{resource: nvidia.com/gpu, gpu: 1, replica: 1}], processes: [{pid: 4300, gpu: 1, memory_used_mib: 1000}]}
+",
+    )
+    .unwrap();
+    let node = tokio::task::spawn_blocking(move || {
+        let options = NodeOptions { args: &["--metrics.naming=both"], ..NodeOptions::default() };
+        SimulatedNode::start_with("gpu-node-1", &scenario, FROZEN_AT, options)
+    })
+    .await
+    .unwrap();
+    let prom = Prometheus::start(&[node.exporter], "1s").await;
+    prom.wait_for_series("DCGM_FI_DEV_GPU_UTIL", 2).await;
+
+    let pki = Pki::new();
+    let fake = Fake::default();
+    *fake.configmap.lock().unwrap() = pki.auth_configmap();
+    for pod in ["trainer-0", "trainer-1", "trainer-2"] {
+        fake.add_pod("training", pod, &[("app", "trainer")]);
+    }
+    fake.set_policy(|user, spec| {
+        let ra = &spec["resourceAttributes"];
+        (user == HPA_USER && ra["group"] == "custom.metrics.k8s.io" && ra["verb"] == "get", String::new())
+    });
+    let api = fake.serve().await;
+    let kubeconfig = Fake::kubeconfig(api, pki.dir.path());
+    let config = pki.write("config.yaml", DCGM_UTIL);
+    let mut flags = pki.serving_args();
+    flags.extend([
+        format!("--lister-kubeconfig={}", kubeconfig.display()),
+        "--direct-source=false".into(),
+        format!("--prometheus-url={}", prom.url()),
+        format!("--config={}", config.display()),
+        "--metrics-relist-interval=1s".into(),
+    ]);
+    let a = support::start(&flags).await;
+
+    let d = hpa_get(&pki, a.addr, "/apis/custom.metrics.k8s.io/v1beta2").await.json();
+    assert_eq!(listed(&d), ["namespaces/gpu_util", "pods/gpu_util"]);
+    let query = form_urlencoded::Serializer::new(String::new()).append_pair("labelSelector", "app=trainer").finish();
+    let path = format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/training/pods/%2A/gpu_util?{query}");
+    let mut got = BTreeMap::new();
+    support::eventually("the dedicated GPU's utilization", Duration::from_secs(30), async || {
+        let r = hpa_get(&pki, a.addr, &path).await;
+        got = if r.status == 200 { values(&r.json()) } else { BTreeMap::new() };
+        !got.is_empty()
+    })
+    .await;
+    assert_eq!(got, BTreeMap::from([("trainer-0".to_string(), 64.0)]), "only the pod that holds a whole GPU");
+    a.stop().await;
+    prom.stop().await;
+}

@@ -176,13 +176,15 @@ pub struct NodeOptions<'a> {
     /// An API server's kubeconfig: the exporter watches its node's pods and
     /// ResourceSlices there (health stays off, so it writes nothing). `None`: no API.
     pub kubeconfig: Option<&'a Path>,
+    /// More exporter flags, after the ones above (`--metrics.naming=both`, say).
+    pub args: &'a [&'a str],
 }
 
 impl SimulatedNode {
     /// Starts node `name` on `scenario` with constant `labels`; returns once its
     /// exporter has collected.
     pub fn start(name: &str, scenario: &Path, clock: Clock, labels: &str) -> SimulatedNode {
-        SimulatedNode::start_with(name, scenario, clock, NodeOptions { labels: Some(labels), kubeconfig: None })
+        SimulatedNode::start_with(name, scenario, clock, NodeOptions { labels: Some(labels), ..NodeOptions::default() })
     }
 
     /// As [`SimulatedNode::start`], with `options`.
@@ -234,6 +236,7 @@ impl SimulatedNode {
                 command.args(["--kubernetes.api", "off"]);
             }
         }
+        command.args(options.args);
         let clock_file = match clock {
             Clock::Frozen(t) => {
                 command.env("FAKE_NVML_FROZEN_AT", t.to_string());

@@ -37,6 +37,7 @@ use super::calls::{CallFailure, CallKey, Calls, Lost, Settled};
 use super::errors::error_label;
 use super::gpm::{GpmTracker, Scope};
 use super::mig::MigReader;
+use super::nvlink::NvLinkTracker;
 use super::tracker::CallTracker;
 use crate::snapshot::{
     ClockEvents, EccCounts, GpuIdentity, GpuReadings, MemoryReading, MigState, ProcessUsage, RecoveryAction,
@@ -135,6 +136,7 @@ pub struct GpuReader {
     unsupported: HashSet<CallKey>,
     mig: MigReader,
     gpm: GpmTracker,
+    nvlink: NvLinkTracker,
     /// Newest per-process utilization sample seen, microseconds.
     last_sample_us: u64,
 }
@@ -156,6 +158,7 @@ impl GpuReader {
             unsupported: HashSet::new(),
             mig: MigReader::default(),
             gpm: GpmTracker::default(),
+            nvlink: NvLinkTracker::default(),
             last_sample_us: 0,
         }
     }
@@ -188,6 +191,7 @@ impl GpuReader {
         let identity = &mut self.identity;
         let identity_read = &mut self.identity_read;
         let statics = &mut self.statics;
+        let nvlink = &mut self.nvlink;
         let (gpm_tracker, mig_reader, last_sample_us) = (&mut self.gpm, &mut self.mig, &mut self.last_sample_us);
         let result = (|| {
             read_identity(&mut calls, &device, identity)?;
@@ -196,7 +200,7 @@ impl GpuReader {
             // MIG mode can be switched by an administrator (with a GPU reset), so it is read each cycle.
             let mig_enabled =
                 calls.get(CallKey::on("nvmlDeviceGetMigMode", &device), || device.mig_mode())?.map(|m| m.current == 1);
-            let mut readings = read_dynamic(&mut calls, &device, statics, mig_enabled == Some(true))?;
+            let mut readings = read_dynamic(&mut calls, &device, statics, nvlink, mig_enabled == Some(true))?;
             readings.mig_enabled = mig_enabled;
             let gpm = statics.gpm_supported.get().unwrap_or(false).then_some(gpm_tracker);
             if mig_enabled == Some(true) {
@@ -264,6 +268,7 @@ fn read_dynamic(
     calls: &mut Calls<'_>,
     device: &Device<'_>,
     statics: &Statics,
+    nvlink: &mut NvLinkTracker,
     mig_mode: bool,
 ) -> Result<GpuReadings, Lost> {
     let key = |call| CallKey::on(call, device);
@@ -302,7 +307,7 @@ fn read_dynamic(
     let ecc = if ecc_enabled == Some(true) { read_ecc(calls, device)? } else { None };
     let retired_pages = read_retired_pages(calls, device)?;
     let fields = read_fields(calls, device)?;
-    let nvlinks = super::nvlink::read(calls, device, statics.nvlink_count.get().unwrap_or(0))?;
+    let nvlinks = nvlink.read(calls, device, statics.nvlink_count.get().unwrap_or(0))?;
     let active_events = calls
         .get(key("nvmlDeviceGetCurrentClocksThrottleReasons"), || device.current_throttle_reasons())?
         .map(|r| r.bits());
@@ -332,7 +337,8 @@ fn read_dynamic(
         retired_pages,
         remapped_rows: fields.remapped_rows,
         memory_temperature_celsius: fields.memory_temperature_celsius,
-        nvlinks,
+        nvlinks: nvlinks.links,
+        nvlink_data_bytes_per_second: nvlinks.data_bytes_per_second,
         clock_events: match (statics.supported_clock_events.get(), active_events) {
             (Some(supported), Some(active)) => Some(ClockEvents { supported, active }),
             _ => None,

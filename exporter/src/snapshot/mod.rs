@@ -228,6 +228,10 @@ pub struct GpuReadings {
     /// The GPU's NVLink links, by link number; empty on a GPU without NVLink (PCIe
     /// boards) or where the driver does not report them.
     pub nvlinks: Vec<NvLinkReading>,
+    /// TX plus RX NVLink data bytes per second over all links, between the previous
+    /// cycle's counters and this one's (`None` on the first cycle and without NVLink):
+    /// the reading behind `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`.
+    pub nvlink_data_bytes_per_second: Option<f64>,
 }
 
 /// One NVLink link of a GPU in one cycle. Each part is `None` where the driver

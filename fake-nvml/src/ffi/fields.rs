@@ -1,6 +1,6 @@
 //! `nvmlDeviceGetFieldValues`: the field ids the exporter reads this way (remapped
 //! rows, the recovery action, ECC mode, PCIe replays, the memory temperature, the
-//! NVLink link count and per-link data counters). Ids as `nvml.h` numbers them
+//! NVLink link count, per-link state and data counters). Ids as `nvml.h` numbers them
 //! (NVIDIA/go-nvml `gen/nvml/nvml.h`). The NVLink data counters take the link in
 //! `scopeId` (`UINT_MAX`: the sum over all links, as DCGM asks for
 //! `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`) and count KiB. Every other id answers
@@ -9,6 +9,7 @@
 //! likewise puts its code in every requested slot.
 
 use std::ffi::c_int;
+use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlFieldValue_t, nvmlReturn_t, nvmlValue_t};
@@ -28,6 +29,7 @@ const FI_MEMORY_TEMP: u32 = 82;
 const FI_NVLINK_LINK_COUNT: u32 = 91;
 const FI_NVLINK_THROUGHPUT_DATA_TX: u32 = 138;
 const FI_NVLINK_THROUGHPUT_DATA_RX: u32 = 139;
+const FI_NVLINK_GET_STATE: u32 = 165;
 /// `scopeId` meaning every link.
 const ALL_LINKS: u32 = u32::MAX;
 
@@ -64,8 +66,24 @@ fn answer(gpu: &SimGpu, field: u32, scope: u32, t: f64) -> Result<Answer, nvmlRe
         FI_NVLINK_LINK_COUNT if links > 0 => Answer::Uint(links),
         FI_NVLINK_THROUGHPUT_DATA_TX => nvlink_bytes(true)?,
         FI_NVLINK_THROUGHPUT_DATA_RX => nvlink_bytes(false)?,
+        // 1 active, 0 inactive, like `nvmlDeviceGetNvLinkState`'s `nvmlEnableState_t`.
+        FI_NVLINK_GET_STATE => match scope {
+            _ if links == 0 => return Err(ret::NOT_SUPPORTED),
+            l if l < links => Answer::Uint(u32::from(gpu.nvlink_active(l, t))),
+            _ => return Err(ret::INVALID_ARGUMENT),
+        },
         _ => return Err(ret::NOT_SUPPORTED),
     })
+}
+
+/// A sample's timestamp: Unix time in µs that moves with scenario time, so that a
+/// reader timing counters by it (as DCGM does for NVLink bandwidth) sees the
+/// scenario's rates, also under a stepped or frozen clock.
+fn timestamp_us(t: f64) -> i64 {
+    static EPOCH_S: OnceLock<f64> = OnceLock::new();
+    let epoch =
+        *EPOCH_S.get_or_init(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()) - t);
+    ((epoch + t) * 1e6) as i64
 }
 
 /// # Safety
@@ -80,7 +98,7 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
         if values.is_null() || values_count < 0 {
             return Err(ret::INVALID_ARGUMENT);
         }
-        let now_us = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+        let now_us = timestamp_us(t);
         let injected = gpu.injected_error("nvmlDeviceGetFieldValues", None, t);
         // SAFETY: the caller passes `values_count` entries with `fieldId` set.
         let slots = unsafe { std::slice::from_raw_parts_mut(values, values_count as usize) };

@@ -46,6 +46,11 @@ fn ratio(percent: Option<f64>) -> Option<f64> {
     percent.map(|p| p / 100.0)
 }
 
+/// Bytes per second to DCGM's NVLink bandwidth value: KiB per second over 1000, whole.
+pub fn nvlink_mb_per_second(bytes_per_second: f64) -> f64 {
+    (bytes_per_second / 1024.0 / 1000.0).trunc()
+}
+
 fn memory(r: &GpuReadings) -> Option<MemoryReading> {
     r.memory
 }
@@ -57,6 +62,11 @@ pub const FIELDS: &[Field] = &[
         "DCGM_FI_DEV_MEM_CLOCK",
         "Memory clock frequency (in MHz).",
         Reading::Device(|r| r.mem_clock_mhz.map(f64::from)),
+    ),
+    gauge(
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        "Memory temperature (in C).",
+        Reading::Device(|r| r.memory_temperature_celsius.map(f64::from)),
     ),
     gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", Reading::Device(|r| r.temperature_celsius.map(f64::from))),
     gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", Reading::Device(|r| r.power_watts)),
@@ -101,6 +111,15 @@ pub const FIELDS: &[Field] = &[
             instance: |i| i.memory.map(|m| mib(m.reserved_bytes)),
         },
     ),
+    // Typed counter by the file, but DCGM publishes a rate: the TX+RX KiB of all links
+    // since its previous read, per second, divided by 1000 and truncated, in MB/s
+    // (NVIDIA/DCGM `dcgmlib/src/DcgmCacheManager.cpp`, `ReadAndCacheNvLinkBandwidth`;
+    // unit `DCGM_FIELD_UNIT_BW_MBPS` in `dcgmlib/src/dcgm_fields.cpp`).
+    counter(
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "Total number of NVLink bandwidth counters for all lanes.",
+        Reading::Device(|r| r.nvlink_data_bytes_per_second.map(nvlink_mb_per_second)),
+    ),
     counter(
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
         "Number of remapped rows for uncorrectable errors",
@@ -115,6 +134,14 @@ pub const FIELDS: &[Field] = &[
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
         "Whether remapping of rows has failed",
         Reading::Device(|r| r.remapped_rows.map(|rows| if rows.failed { 1.0 } else { 0.0 })),
+    ),
+    gauge(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "Ratio of time the graphics engine is active.",
+        Reading::PerInstance {
+            gpu: |r| ratio(r.graphics_activity_percent),
+            instance: |i| ratio(i.graphics_activity_percent),
+        },
     ),
     gauge(
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",

@@ -44,9 +44,13 @@
 //! - Counters are typed `unknown` in OpenMetrics, which dcgm-exporter does not serve
 //!   (`crate::exposition::Kind::BareCounter`); sample names are the same.
 //!
-//! Not served, because we do not read them: `DCGM_FI_DEV_VGPU_LICENSE_STATUS` (vGPU
-//! guests only), `DCGM_FI_DEV_MEMORY_TEMP`, `DCGM_FI_PROF_GR_ENGINE_ACTIVE` and
-//! `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`.
+//! - `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL` is, as DCGM computes it, a rate between two
+//!   reads (MB/s), typed counter only by the file; ours is between two collection
+//!   cycles, so it is absent in the first one. Its native twin is the `rate()` of
+//!   `gpu_nvlink_tx_bytes_total` plus `gpu_nvlink_rx_bytes_total` over the GPU's links.
+//!
+//! Not served, because we do not read it: `DCGM_FI_DEV_VGPU_LICENSE_STATUS` (vGPU
+//! guests only).
 
 pub mod fields;
 pub mod xid_text;

@@ -36,6 +36,10 @@ fn readings() -> GpuReadings {
         remapped_rows: Some(RemappedRows { correctable: 2, uncorrectable: 1, pending: false, failed: false }),
         tensor_activity_percent: Some(55.5),
         dram_activity_percent: Some(20.0),
+        graphics_activity_percent: Some(61.25),
+        memory_temperature_celsius: Some(72),
+        // 25 GB/s of TX+RX: 24,414,062.5 KiB/s, over 1000 and truncated: DCGM's 24414 MB/s.
+        nvlink_data_bytes_per_second: Some(25_000_000_000.0),
         ..GpuReadings::default()
     }
 }
@@ -157,6 +161,7 @@ fn values_equal_their_native_twins_converted() {
         ("DCGM_FI_DEV_SM_CLOCK", "gpu_sm_clock_mhz", 1.0),
         ("DCGM_FI_DEV_MEM_CLOCK", "gpu_mem_clock_mhz", 1.0),
         ("DCGM_FI_DEV_GPU_TEMP", "gpu_temperature_celsius", 1.0),
+        ("DCGM_FI_DEV_MEMORY_TEMP", "gpu_memory_temperature_celsius", 1.0),
         ("DCGM_FI_DEV_POWER_USAGE", "gpu_power_usage_watts", 1.0),
         ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "gpu_energy_consumption_joules_total", 1000.0),
         ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "gpu_pcie_replays_total", 1.0),
@@ -166,6 +171,7 @@ fn values_equal_their_native_twins_converted() {
         ("DCGM_FI_DEV_DEC_UTIL", "gpu_decoder_utilization", 1.0),
         ("DCGM_FI_DEV_FB_USED", "gpu_memory_used_bytes", 1.0 / mib),
         ("DCGM_FI_DEV_FB_RESERVED", "gpu_memory_reserved_bytes", 1.0 / mib),
+        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gpu_graphics_activity", 0.01),
         ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gpu_tensor_activity", 0.01),
         ("DCGM_FI_PROF_DRAM_ACTIVE", "gpu_dram_activity", 0.01),
         ("DCGM_FI_PROF_PCIE_TX_BYTES", "gpu_pcie_tx_bytes_per_second", 1.0),
@@ -182,6 +188,9 @@ fn values_equal_their_native_twins_converted() {
     assert_eq!(one("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"), 2.0);
     assert_eq!(one("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"), 1.0);
     assert_eq!(one("DCGM_FI_DEV_ROW_REMAP_FAILURE"), one("gpu_remapped_rows_failed"));
+    // A rate between two cycles, whose native twin is rate() of the per-link counters.
+    assert_eq!(one("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"), (25_000_000_000.0_f64 / 1024.0 / 1000.0).trunc());
+    assert_eq!(one("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"), 24414.0);
 }
 
 #[test]
