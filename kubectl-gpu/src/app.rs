@@ -5,6 +5,10 @@
 //! then show unknown), and an API server that does not answer the lists by then is an
 //! error. Under `--watch` an error is drawn in place of the table and the next refresh
 //! tries again, as `watch(1)` does.
+//!
+//! What reaches the terminal from outside the plugin is escaped at this edge and in the
+//! table ([`crate::sanitize`]): warnings and error frames here, cells in
+//! [`crate::table`]. JSON and YAML are written as their encoders write them.
 
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -20,6 +24,7 @@ use crate::api::{ApiError, metrics};
 use crate::cli::{Cli, CliError, Command, Global, Source};
 use crate::output::{self, Format, OutputError};
 use crate::prices::PriceTable;
+use crate::sanitize;
 use crate::table::TableError;
 use crate::terminal::{self, Terminal};
 use crate::views::pods::Scope;
@@ -261,10 +266,16 @@ fn command_line(cli: &Cli) -> String {
     }
 }
 
+/// One warning as written: they quote exporters and the API server, so their control
+/// characters are shown escaped, on a terminal or not.
+pub fn warning_line(warning: &str) -> String {
+    format!("Warning: {}\n", sanitize::escape(warning))
+}
+
 fn write_warnings(warnings: &[String]) {
     let mut err = std::io::stderr().lock();
     for w in warnings {
-        let _ = writeln!(err, "Warning: {w}");
+        let _ = err.write_all(warning_line(w).as_bytes());
     }
 }
 
@@ -290,14 +301,14 @@ async fn watch(client: &Client, cli: &Cli, terminal: Terminal) -> Result<()> {
         let started = Instant::now();
         let (text, warnings) = match frame(client, cli, terminal.colour).await {
             Ok(f) => (f.text, f.warnings),
-            Err(e) => (format!("error: {e}\n"), Vec::new()),
+            Err(e) => (format!("error: {}\n", sanitize::escape(&e.to_string())), Vec::new()),
         };
         let mut out = std::io::stdout().lock();
         if terminal.tty {
             let at = jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M:%S UTC").to_string();
-            let mut screen = terminal::header(&command_line(cli), &every, &at) + &text;
+            let mut screen = terminal::header(&sanitize::escape(&command_line(cli)), &every, &at) + &text;
             for w in &warnings {
-                screen.push_str(&format!("Warning: {w}\n"));
+                screen.push_str(&warning_line(w));
             }
             let clear = if first { terminal::CLEAR } else { "" };
             out.write_all(format!("{clear}{}", terminal::redraw(&screen)).as_bytes())?;

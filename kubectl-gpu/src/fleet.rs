@@ -28,6 +28,9 @@ pub enum UnknownReason {
     Unreachable,
     /// The exporter answered with a page that does not parse.
     BadPage,
+    /// The exporter's page went past a limit (size, samples, line length, ...): the
+    /// read stopped there ([`crate::page`]).
+    OverLimit,
     /// The exporter answered but NVML is down on the node (no driver, no library): it
     /// has no GPU to report.
     NvmlDown,
@@ -42,6 +45,7 @@ impl UnknownReason {
             Self::Timeout => "timed out",
             Self::Unreachable => "unreachable",
             Self::BadPage => "bad page",
+            Self::OverLimit => "page over limit",
             Self::NvmlDown => "NVML down",
         }
     }

@@ -9,7 +9,9 @@
 //!             ──custom.metrics.k8s.io ──────────────────────────────────────────┘          (output, terminal)
 //! ```
 //! Everything from `readings` to `output` is pure and unit-tested without I/O; `api`,
-//! `terminal` and `app` are the thin edge. Design notes: `docs/kubectl-gpu.md`.
+//! `terminal` and `app` are the thin edge. Pages are parsed as they arrive and cut at
+//! the adapter's limits (`page`); outside text reaches the terminal only through
+//! `sanitize`, in table cells and warnings. Design notes: `docs/kubectl-gpu.md`.
 
 pub mod api;
 pub mod app;
@@ -18,10 +20,12 @@ pub mod cluster;
 pub mod cost;
 pub mod fleet;
 pub mod output;
+pub mod page;
 pub mod prices;
 pub mod quantity;
 pub mod readings;
 pub mod rules;
+pub mod sanitize;
 pub mod share;
 pub mod table;
 pub mod terminal;

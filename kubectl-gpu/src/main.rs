@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use kubectl_gpu::app;
 use kubectl_gpu::cli::Cli;
+use kubectl_gpu::sanitize::escape;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -15,7 +16,7 @@ fn main() -> ExitCode {
     const QUIET: &str = "warn,kube_client::client::builder=off";
     let asked = std::env::var("KUBECTL_GPU_LOG").unwrap_or_else(|_| QUIET.to_string());
     let filter = logging::parse_log_filter(&asked).unwrap_or_else(|e| {
-        eprintln!("warning: KUBECTL_GPU_LOG {e}; logging warnings only");
+        eprintln!("warning: KUBECTL_GPU_LOG {}; logging warnings only", escape(&e.to_string()));
         logging::parse_log_filter(QUIET).unwrap_or_default()
     });
     logging::init(filter, logging::LogFormat::Text);
@@ -31,7 +32,8 @@ fn main() -> ExitCode {
         // `kubectl gpu nodes | head`: the reader went away; nothing left to say.
         Err(app::AppError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            // API errors quote the server, and through it exporters and Node fields.
+            eprintln!("error: {}", escape(&e.to_string()));
             ExitCode::from(e.exit_code())
         }
     }

@@ -35,7 +35,7 @@ pub fn render(report: &Report, format: Option<Format>, colour: bool) -> Result<S
             }
             if let Some(summary) = report.extra.get("summary").and_then(|s| s.as_str()) {
                 text.push('\n');
-                text.push_str(summary);
+                text.push_str(&crate::sanitize::lines(summary));
                 text.push('\n');
             }
             Ok(text)

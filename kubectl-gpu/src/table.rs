@@ -2,9 +2,15 @@
 //! no trailing blanks; text left-aligned and figures right-aligned; `-o wide` adds the
 //! wide-only columns. Colour (ANSI) only when asked, which the terminal edge decides.
 //!
+//! Every cell is written through [`crate::sanitize::escape`] and measured in that form:
+//! cells carry text from exporters and Node objects, and a control character in one
+//! could otherwise drive the terminal or forge a row (kubectl's CVE-2021-25743).
+//!
 //! A table is also what `--sort-by` sorts ([`Table::sort`]): each cell carries a sort
 //! key, so figures sort as numbers (unknown and absent last, whatever the direction),
 //! and the footer (totals) stays at the bottom.
+
+use crate::sanitize::escape;
 
 /// How a cell reads at a glance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -141,26 +147,32 @@ impl Table {
     /// Lays the table out; `colour` adds ANSI colours by tone.
     pub fn render(&self, wide: bool, colour: bool) -> String {
         let shown: Vec<usize> = (0..self.columns.len()).filter(|&i| wide || !self.columns[i].wide).collect();
-        let all_rows: Vec<&Vec<Cell>> = self.rows.iter().chain(&self.footer).collect();
-        let widths: Vec<usize> = shown
-            .iter()
-            .map(|&i| {
-                let cells = all_rows.iter().filter_map(|r| r.get(i)).map(|c| c.text.chars().count());
-                cells.chain([self.columns[i].header.len()]).max().unwrap_or(0)
+        let header: Vec<Cell> = self.columns.iter().map(|c| Cell::text(c.header)).collect();
+        // Escaped once, before anything is measured: the width is the width shown.
+        let escaped: Vec<Vec<(String, Tone)>> = std::iter::once(&header)
+            .chain(self.rows.iter().chain(&self.footer))
+            .map(|row| {
+                shown
+                    .iter()
+                    .map(|&i| {
+                        row.get(i).map_or((String::new(), Tone::Plain), |c| (escape(&c.text).into_owned(), c.tone))
+                    })
+                    .collect()
             })
             .collect();
+        let widths: Vec<usize> =
+            (0..shown.len()).map(|n| escaped.iter().map(|row| row[n].0.chars().count()).max().unwrap_or(0)).collect();
         let mut out = String::new();
-        let header: Vec<Cell> = self.columns.iter().map(|c| Cell::text(c.header)).collect();
-        for row in std::iter::once(&header).chain(all_rows.iter().copied()) {
+        for row in &escaped {
             let mut line = String::new();
             for (n, &i) in shown.iter().enumerate() {
-                let cell = row.get(i).cloned().unwrap_or_default();
-                let pad = widths[n].saturating_sub(cell.text.chars().count());
+                let (text, tone) = &row[n];
+                let pad = widths[n].saturating_sub(text.chars().count());
                 let last = n + 1 == shown.len();
                 if n > 0 {
                     line.push_str("   ");
                 }
-                let text = paint(&cell.text, cell.tone, colour);
+                let text = paint(text, *tone, colour);
                 if self.columns[i].right {
                     line.push_str(&" ".repeat(pad));
                     line.push_str(&text);
@@ -249,6 +261,24 @@ mod tests {
         let coloured = t.render(false, true);
         assert!(coloured.contains("\x1b[33munknown\x1b[0m") && coloured.contains("\x1b[32m74%\x1b[0m"), "{coloured}");
         assert!(!t.render(false, false).contains('\x1b'));
+    }
+
+    #[test]
+    fn control_characters_in_a_cell_are_shown_escaped_and_measured_so() {
+        let t = Table {
+            columns: vec![Column::text("NAME"), Column::text("MODEL"), Column::figure("UTIL")],
+            rows: vec![
+                vec![Cell::text("n1"), Cell::text("\x1b]0;t\x07A\rB\nFAKE-ROW"), Cell::number("5%", Some(5.0))],
+                vec![Cell::text("n2"), Cell::text("A100"), Cell::number("74%", Some(74.0))],
+            ],
+            footer: vec![],
+        };
+        let text = t.render(false, true);
+        assert_eq!(
+            text,
+            "NAME   MODEL                    UTIL\nn1     ^[]0;t^GA\\rB\\nFAKE-ROW     5%\nn2     A100                      74%\n"
+        );
+        assert_eq!(text.lines().count(), 3, "no forged row");
     }
 
     #[test]

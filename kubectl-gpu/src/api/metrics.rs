@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use kube::Client;
 use serde::Deserialize;
 
-use super::{ApiError, Result, describe};
+use super::{ApiError, Result, body};
 use crate::quantity;
 use crate::views::pods::PodMetrics;
 
@@ -42,8 +42,9 @@ async fn one(client: &Client, namespace: &str, metric: &str) -> Result<BTreeMap<
     let request = http::Request::get(path(namespace, metric))
         .body(Vec::new())
         .map_err(|e| ApiError::Request { what: what(), message: e.to_string() })?;
-    let list: MetricValueList =
-        client.request(request).await.map_err(|e| ApiError::Request { what: what(), message: describe(&e) })?;
+    let list: MetricValueList = body::json(client, request, body::MAX_LIST_PAGE_BYTES)
+        .await
+        .map_err(|e| ApiError::Request { what: what(), message: body::describe(&e) })?;
     let mut out = BTreeMap::new();
     for item in list.items {
         let v = quantity::parse(&item.value).map_err(|e| ApiError::Request { what: what(), message: e.to_string() })?;

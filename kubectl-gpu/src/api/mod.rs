@@ -9,6 +9,7 @@
 //! down answers 503, and retrying it would only spend the deadline; a list that fails
 //! fails the command with the API server's message.
 
+pub mod body;
 pub mod gather;
 pub mod metrics;
 pub mod objects;

@@ -1,15 +1,16 @@
 //! Reads of the core API: nodes and pods (paged, 500 a page, with the user's label
 //! selector sent to the server as kubectl does), the exporter pods, and the prices
-//! ConfigMap.
+//! ConfigMap. Every answer is read within a bound ([`body`]): 64 MiB a page of a list,
+//! 250,000 objects a list, 8 MiB an object.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Client;
-use kube::api::{Api, ListParams, ObjectList};
+use kube::api::{GetParams, ListParams, ObjectList};
 use serde::de::DeserializeOwned;
 
-use super::{ApiError, Result, describe, status_code};
+use super::{ApiError, Result, body};
 use crate::cluster::PodInfo;
 use crate::prices::PriceTable;
 
@@ -18,10 +19,23 @@ const PAGE: u32 = 500;
 /// The key of the prices ConfigMap that holds the table.
 pub const PRICES_KEY: &str = "prices.yaml";
 
-async fn list_all<K>(api: &Api<K>, what: &str, labels: Option<&str>, fields: Option<&str>) -> Result<Vec<K>>
+/// The most objects one list may gather (Kubernetes supports 5,000 nodes and 150,000
+/// pods): a server that hands out `continue` tokens forever is refused, not followed.
+pub const MAX_LISTED: usize = 250_000;
+
+async fn list_all<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    what: &str,
+    labels: Option<&str>,
+    fields: Option<&str>,
+) -> Result<Vec<K>>
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
 {
+    let url = K::url_path(&K::DynamicType::default(), namespace);
+    let refuse = |message: String| ApiError::Request { what: format!("listing {what}"), message };
     let mut out = Vec::new();
     let mut token: Option<String> = None;
     loop {
@@ -35,11 +49,14 @@ where
         if let Some(t) = &token {
             lp = lp.continue_token(t);
         }
-        let page: ObjectList<K> = api
-            .list(&lp)
-            .await
-            .map_err(|e| ApiError::Request { what: format!("listing {what}"), message: describe(&e) })?;
+        // Each page is read within a bound (kube's `list` reads any size).
+        let request = kube::core::Request::new(&url).list(&lp).map_err(|e| refuse(e.to_string()))?;
+        let page: ObjectList<K> =
+            body::json(client, request, body::MAX_LIST_PAGE_BYTES).await.map_err(|e| refuse(body::describe(&e)))?;
         out.extend(page.items);
+        if out.len() > MAX_LISTED {
+            return Err(refuse(format!("more than {MAX_LISTED} objects; refusing to read further")));
+        }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(next) => token = Some(next),
             None => return Ok(out),
@@ -47,27 +64,39 @@ where
     }
 }
 
+/// One object, `None` if there is none of that name, read within [`body::MAX_OBJECT_BYTES`].
+async fn get_opt<K>(client: &Client, namespace: Option<&str>, name: &str) -> Result<Option<K>, body::BodyError>
+where
+    K: kube::Resource + DeserializeOwned,
+    K::DynamicType: Default,
+{
+    let url = K::url_path(&K::DynamicType::default(), namespace);
+    let request = kube::core::Request::new(&url)
+        .get(name, &GetParams::default())
+        .map_err(|e| body::BodyError::Kube(kube::Error::BuildRequest(e)))?;
+    match body::json(client, request, body::MAX_OBJECT_BYTES).await {
+        Ok(object) => Ok(Some(object)),
+        Err(e) if body::status_code(&e) == Some(404) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Nodes matching `labels` (every node without one).
 pub async fn nodes(client: &Client, labels: Option<&str>) -> Result<Vec<Node>> {
-    list_all(&Api::<Node>::all(client.clone()), "nodes", labels, None).await
+    list_all::<Node>(client, None, "nodes", labels, None).await
 }
 
 /// One node, `None` if there is none of that name.
 pub async fn node(client: &Client, name: &str) -> Result<Option<Node>> {
-    Api::<Node>::all(client.clone())
-        .get_opt(name)
+    get_opt::<Node>(client, None, name)
         .await
-        .map_err(|e| ApiError::Request { what: format!("reading node {name}"), message: describe(&e) })
+        .map_err(|e| ApiError::Request { what: format!("reading node {name}"), message: body::describe(&e) })
 }
 
 /// Pods that are not finished, in `namespace` (all when `None`), matching `labels`.
 pub async fn pods(client: &Client, namespace: Option<&str>, labels: Option<&str>) -> Result<Vec<Pod>> {
-    let api = match namespace {
-        Some(ns) => Api::<Pod>::namespaced(client.clone(), ns),
-        None => Api::<Pod>::all(client.clone()),
-    };
     let what = namespace.map_or_else(|| "pods in all namespaces".to_string(), |ns| format!("pods in namespace {ns}"));
-    list_all(&api, &what, labels, Some("status.phase!=Succeeded,status.phase!=Failed")).await
+    list_all::<Pod>(client, namespace, &what, labels, Some("status.phase!=Succeeded,status.phase!=Failed")).await
 }
 
 /// The exporter pods by node: the running one if several (a rollout), else the newest.
@@ -76,9 +105,8 @@ pub async fn exporter_pods(
     namespace: &str,
     selector: &str,
 ) -> Result<BTreeMap<String, (Pod, PodInfo)>> {
-    let api = Api::<Pod>::namespaced(client.clone(), namespace);
-    let pods =
-        list_all(&api, &format!("exporter pods in namespace {namespace} ({selector})"), Some(selector), None).await?;
+    let what = format!("exporter pods in namespace {namespace} ({selector})");
+    let pods = list_all::<Pod>(client, Some(namespace), &what, Some(selector), None).await?;
     let mut by_node: BTreeMap<String, (Pod, PodInfo)> = BTreeMap::new();
     for pod in pods {
         let info = crate::cluster::pod_info(&pod);
@@ -118,7 +146,7 @@ pub async fn prices(
 ) -> Result<(PriceTable, PricesFrom)> {
     let refuse = |message: String| ApiError::Prices { namespace: namespace.into(), name: name.into(), message };
     let mut table = PriceTable::defaults().map_err(|e| refuse(e.to_string()))?;
-    let from = match Api::<ConfigMap>::namespaced(client.clone(), namespace).get_opt(name).await {
+    let from = match get_opt::<ConfigMap>(client, Some(namespace), name).await {
         Ok(Some(cm)) => {
             let text = cm.data.as_ref().and_then(|d| d.get(PRICES_KEY)).ok_or_else(|| {
                 refuse(format!("has no key {PRICES_KEY} (the price table, in the format of alerts/gpu-prices.yaml)"))
@@ -129,8 +157,8 @@ pub async fn prices(
             PricesFrom::ConfigMap
         }
         Ok(None) => PricesFrom::Missing,
-        Err(e) if status_code(&e) == Some(403) => PricesFrom::Forbidden(describe(&e)),
-        Err(e) => return Err(refuse(describe(&e))),
+        Err(e) if body::status_code(&e) == Some(403) => PricesFrom::Forbidden(body::describe(&e)),
+        Err(e) => return Err(refuse(body::describe(&e))),
     };
     for flag in flags {
         table

@@ -8,21 +8,28 @@
 //!   (`timed out`), and the command still returns in time.
 //! - **Unknown, never zero:** a 403 is `forbidden` (RBAC on `pods/proxy`), a 502/503 or no
 //!   answer `unreachable` (the API server could not reach the pod), a page that does not
-//!   parse `bad page`; each with the API server's words as the detail.
+//!   parse `bad page`, one past a limit `page over limit`; each with the API server's
+//!   words, or the limit, as the detail.
+//! - **Streamed:** a page is parsed as it arrives and cut at the metrics adapter's limits
+//!   ([`crate::page`]); an error answer is read to 64 KiB ([`body`]). Memory per read
+//!   does not follow the page's size, and a page that never ends ends at 16 MiB.
 //!
 //! The port is the exporter container's port of that name (`metrics`) or number: the
 //! pod proxy takes a number.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
+use exposition_parser::{Format, Limits, Sample};
 use futures::StreamExt;
 use kube::Client;
 use tokio::time::Instant;
 
-use super::{describe, status_code};
+use super::{body, describe, status_code};
 use crate::cli::Scheme;
 use crate::cluster::PodInfo;
 use crate::fleet::{Exporter, UnknownReason};
+use crate::page::{MAX_KEPT_BYTES, PageError, PageParser};
 use crate::readings;
 
 /// How to read the exporters.
@@ -75,23 +82,51 @@ pub async fn read(client: &Client, pod: &PodInfo, options: &ScrapeOptions) -> Ex
         Ok(r) => r,
         Err(e) => return unknown(UnknownReason::Unreachable, e.to_string()),
     };
-    match tokio::time::timeout(limit, client.request_text(request)).await {
+    let who = format!("pod {}/{}", pod.namespace, pod.name);
+    match tokio::time::timeout(limit, read_page(client, request)).await {
         Err(_) => unknown(
             UnknownReason::Timeout,
-            format!("no answer from pod {}/{} within {}", pod.namespace, pod.name, flag_ranges::show_duration(limit)),
+            format!("no answer from {who} within {}", flag_ranges::show_duration(limit)),
         ),
-        Ok(Err(e)) => {
+        Ok(Err(Failed::Api(e))) => {
             let reason = match status_code(&e) {
                 Some(401 | 403) => UnknownReason::Forbidden,
                 _ => UnknownReason::Unreachable,
             };
             unknown(reason, describe(&e))
         }
-        Ok(Ok(body)) => match readings::parse(body.as_bytes(), None) {
-            Ok(r) => Exporter::from_readings(r),
-            Err(e) => unknown(UnknownReason::BadPage, format!("pod {}/{}: {e}", pod.namespace, pod.name)),
-        },
+        Ok(Err(Failed::Page(e))) => {
+            let reason = if e.is_limit() { UnknownReason::OverLimit } else { UnknownReason::BadPage };
+            unknown(reason, format!("{who}: {e}"))
+        }
+        Ok(Ok(samples)) => Exporter::from_readings(readings::from_samples(&samples)),
     }
+}
+
+enum Failed {
+    Api(kube::Error),
+    Page(PageError),
+}
+
+/// Reads one page as it arrives into [`PageParser`], within the adapter's limits: the
+/// read stops, and the connection is dropped, at the first limit passed.
+async fn read_page(client: &Client, request: http::Request<Vec<u8>>) -> Result<Vec<Sample>, Failed> {
+    let response = body::send(client, request).await.map_err(Failed::Api)?;
+    let content_type = response.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let format = Format::from_content_type(content_type);
+    let mut page =
+        PageParser::new(format, Limits::default(), MAX_KEPT_BYTES, |f: &str| readings::FAMILIES.contains(&f));
+    let stopped = body::each_chunk(response.into_body(), |chunk| match page.feed(chunk) {
+        Ok(false) => ControlFlow::Continue(()),
+        Ok(true) => ControlFlow::Break(None),
+        Err(e) => ControlFlow::Break(Some(e)),
+    })
+    .await
+    .map_err(Failed::Api)?;
+    if let Some(Some(e)) = stopped {
+        return Err(Failed::Page(e));
+    }
+    page.finish().map_err(Failed::Page)
 }
 
 /// Reads many exporter pods, at most `options.concurrency` at once, each read (and the

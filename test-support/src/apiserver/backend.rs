@@ -5,9 +5,14 @@
 //!
 //! A pod that cannot be reached is answered as kube-apiserver answers it: 503 with a
 //! plain-text `error trying to reach service: ...`.
+//!
+//! A hostile exporter is a [`Backend::Streamed`] page: made as it is sent, of any size
+//! or never ending, without the test holding it; it counts what the connection took, so
+//! a test can tell a client that stopped reading from one that read it all.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -49,6 +54,10 @@ pub enum Backend {
     Hang,
     /// Answers as the inner backend, `delay` later.
     Delayed(Duration, Arc<Backend>),
+    /// A page streamed as it is made: `head`, `line` `times` times (forever when
+    /// `None`), then `tail`. Only the pods proxy streams it; `sent` counts the bytes the
+    /// connection took.
+    Streamed { head: Bytes, line: Bytes, times: Option<u64>, tail: Bytes, sent: Arc<AtomicU64> },
 }
 
 impl std::fmt::Debug for Backend {
@@ -60,6 +69,7 @@ impl std::fmt::Debug for Backend {
             Backend::Refused => write!(f, "Refused"),
             Backend::Hang => write!(f, "Hang"),
             Backend::Delayed(d, b) => write!(f, "Delayed({d:?}, {b:?})"),
+            Backend::Streamed { line, times, .. } => write!(f, "Streamed({} bytes × {times:?})", line.len()),
         }
     }
 }
@@ -71,6 +81,54 @@ impl Backend {
             body: Bytes::from(text.into()),
             content_type: "text/plain; version=0.0.4; charset=utf-8".into(),
         }
+    }
+
+    /// A streamed page (Prometheus text format): `head`, `line` `times` times or
+    /// forever, then `tail`.
+    pub fn streamed(head: &str, line: &str, times: Option<u64>, tail: &str) -> Backend {
+        Backend::Streamed {
+            head: Bytes::from(head.to_string()),
+            line: Bytes::from(line.to_string()),
+            times,
+            tail: Bytes::from(tail.to_string()),
+            sent: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The bytes a streamed page has handed to its connections so far (0 for others).
+    pub fn sent(&self) -> u64 {
+        match self {
+            Backend::Streamed { sent, .. } => sent.load(Ordering::Relaxed),
+            _ => 0,
+        }
+    }
+
+    /// A streamed page's body, in chunks of about 64 KiB; `None` for other backends.
+    pub fn stream(&self) -> Option<futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>> {
+        let Backend::Streamed { head, line, times, tail, sent } = self else { return None };
+        let per_chunk = (64 * 1024 / line.len().max(1)).max(1) as u64;
+        let chunk = Bytes::from(line.repeat(per_chunk as usize));
+        let (head, line, tail, sent) = (head.clone(), line.clone(), tail.clone(), sent.clone());
+        // State: lines still to send (None: forever), then the tail, then the end.
+        let state = (Some(head), *times, Some(tail));
+        let stream = futures::stream::unfold(state, move |(head, left, tail)| {
+            let (chunk, line, sent) = (chunk.clone(), line.clone(), sent.clone());
+            async move {
+                let (out, next) = if let Some(h) = head {
+                    (h, (None, left, tail))
+                } else {
+                    match left {
+                        Some(0) => (tail?, (None, Some(0), None)),
+                        Some(n) if n < per_chunk => (Bytes::from(line.repeat(n as usize)), (None, Some(0), tail)),
+                        Some(n) => (chunk, (None, Some(n - per_chunk), tail)),
+                        None => (chunk, (None, None, tail)),
+                    }
+                };
+                sent.fetch_add(out.len() as u64, Ordering::Relaxed);
+                Some((Ok(out), next))
+            }
+        });
+        Some(Box::pin(stream))
     }
 
     /// An HTTPS server trusted through `ca_pem`, called with `cert_pem`/`key_pem`.
@@ -100,6 +158,15 @@ impl Backend {
                     tokio::time::sleep(*delay).await;
                     inner.get(path).await
                 }
+                Backend::Streamed { head, line, times: Some(n), tail, .. } => {
+                    let body = [head.to_vec(), line.repeat(*n as usize), tail.to_vec()].concat();
+                    Answer { status: 200, content_type: "text/plain; version=0.0.4".into(), body: Bytes::from(body) }
+                }
+                Backend::Streamed { times: None, .. } => Answer {
+                    status: 501,
+                    content_type: "text/plain".into(),
+                    body: Bytes::from("a page that never ends is served through the pods proxy only"),
+                },
                 Backend::Http(addr) => match tokio::net::TcpStream::connect(addr).await {
                     Ok(stream) => exchange(stream, &addr.to_string(), path).await,
                     Err(e) => Answer::unreachable(&format!("dial tcp {addr}: {e}")),

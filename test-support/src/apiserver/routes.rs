@@ -285,6 +285,10 @@ async fn proxy(
     if matches!(backend, super::Backend::Refused) {
         return unreachable(&port);
     }
+    if let Some(stream) = backend.stream() {
+        let content_type = [("content-type", "text/plain; version=0.0.4; charset=utf-8")];
+        return (StatusCode::OK, content_type, axum::body::Body::from_stream(stream)).into_response();
+    }
     let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
     let answer = backend.get(&format!("/{rest}{query}")).await;
     let code = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
