@@ -24,6 +24,7 @@ pub mod page;
 pub mod prices;
 pub mod quantity;
 pub mod readings;
+pub mod rightsize;
 pub mod rules;
 pub mod sanitize;
 pub mod share;

@@ -1,0 +1,17 @@
+//! `kubectl gpu rightsize`: from what each workload used over a window to the device it
+//! should have, the dollars that frees, and the MIG layout that applies it.
+//!
+//! ```text
+//! Observed (per workload) ──> recommend ──> Recommendation ──> price (Saving, Totals)
+//!                               │ catalog (models, MIG profiles, placements)
+//!                               └──> plan (per node: MIG layouts, GPUs freed) ──> mig_parted (config)
+//! ```
+//! All of it is pure: the window's figures come in as plain data (reading them from a
+//! Prometheus-compatible API is the edge's job). The rules are written down in
+//! docs/kubectl-gpu.md, "rightsize: the rules".
+
+pub mod catalog;
+pub mod mig_parted;
+pub mod plan;
+pub mod price;
+pub mod recommend;
