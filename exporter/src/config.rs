@@ -37,6 +37,11 @@ pub enum ConfigError {
         show_duration(*.timeout), show_duration(*.interval)
     )]
     TimeoutNotBelowInterval { timeout: Duration, interval: Duration },
+    #[error(
+        "--web.max-connections-per-ip (GPU_EXPORTER_WEB_MAX_CONNECTIONS_PER_IP) {per_ip} must be at most \
+         --web.max-connections (GPU_EXPORTER_WEB_MAX_CONNECTIONS) {total}: one address cannot hold more places than there are"
+    )]
+    PerIpAboveTotal { per_ip: usize, total: usize },
     #[error(transparent)]
     Attribution(#[from] crate::attribution::config::AttributionConfigError),
 }
@@ -54,6 +59,55 @@ pub struct Args {
     /// Prometheus exporter-toolkit web configuration (TLS, client certificates, basic auth).
     #[arg(long = "web.config.file", env = "GPU_EXPORTER_WEB_CONFIG_FILE")]
     pub web_config_file: Option<PathBuf>,
+
+    /// How long a client may take to send a complete request head, 1s to 1m: from accept
+    /// on plain HTTP, from the end of the TLS handshake with TLS, and between the requests
+    /// of a keep-alive connection; a client that has not finished by then is closed. A
+    /// scraper or the kubelet sends its head in one write; keep it below the scrape
+    /// interval (the default 5s is a third of the usual 15s), so that a silent client
+    /// never holds its place through a whole scrape.
+    #[arg(
+        long = "web.header-read-timeout",
+        env = "GPU_EXPORTER_WEB_HEADER_READ_TIMEOUT",
+        default_value = "5s",
+        value_parser = Bounded::duration(parse_duration, Duration::from_secs(1), Duration::from_secs(60))
+    )]
+    pub header_read_timeout: Duration,
+
+    /// How long a client may take from accept to the end of its TLS handshake, 1s to 1m
+    /// (with TLS in --web.config.file). A handshake takes milliseconds on a busy node;
+    /// above a minute a silent client holds its place through several scrapes.
+    #[arg(
+        long = "web.tls-handshake-timeout",
+        env = "GPU_EXPORTER_WEB_TLS_HANDSHAKE_TIMEOUT",
+        default_value = "5s",
+        value_parser = Bounded::duration(parse_duration, Duration::from_secs(1), Duration::from_secs(60))
+    )]
+    pub handshake_timeout: Duration,
+
+    /// Connections open at once, 16 to 65536. At the limit the connection idle the
+    /// longest is closed to make room, so idle sockets never lock scrapes or probes out;
+    /// only when every connection is serving a request do new clients wait. Below 16 a
+    /// node's scrapers, probes and keep-alive connections crowd each other out; each
+    /// connection costs a file descriptor.
+    #[arg(
+        long = "web.max-connections",
+        env = "GPU_EXPORTER_WEB_MAX_CONNECTIONS",
+        default_value_t = https_edge::DEFAULT_MAX_CONNECTIONS,
+        value_parser = Bounded::number(16usize, 65536)
+    )]
+    pub max_connections: usize,
+
+    /// Connections open at once from one IP address, 1 to 65536, and at most
+    /// --web.max-connections (default: a quarter of it, 256). At the limit that address's
+    /// connection idle the longest is closed to make room (or the new one, when all of
+    /// them are serving), so one address cannot take every place.
+    #[arg(
+        long = "web.max-connections-per-ip",
+        env = "GPU_EXPORTER_WEB_MAX_CONNECTIONS_PER_IP",
+        value_parser = Bounded::number(1usize, 65536)
+    )]
+    pub max_connections_per_ip: Option<usize>,
 
     /// The NVML library to load; on a GPU node the driver's libnvidia-ml.so.1.
     #[arg(long = "nvml-library", env = "GPU_EXPORTER_NVML_LIBRARY", default_value = "libnvidia-ml.so.1")]
@@ -176,7 +230,31 @@ impl Args {
                 interval: self.collect_interval,
             });
         }
+        if let Some(per_ip) = self.max_connections_per_ip
+            && per_ip > self.max_connections
+        {
+            return Err(ConfigError::PerIpAboveTotal { per_ip, total: self.max_connections });
+        }
         Ok(())
+    }
+
+    /// `--web.max-connections-per-ip`, by default a quarter of `--web.max-connections`
+    /// (the edge's own proportion: 256 of 1024).
+    pub fn effective_max_connections_per_ip(&self) -> usize {
+        self.max_connections_per_ip.unwrap_or(self.max_connections / 4).clamp(1, self.max_connections)
+    }
+
+    /// The web server's connection settings: these flags, with `--shutdown-timeout` as
+    /// the drain.
+    pub fn serve_options(&self) -> crate::web::ServeOptions {
+        crate::web::ServeOptions {
+            drain: self.shutdown_timeout,
+            handshake_timeout: self.handshake_timeout,
+            header_read_timeout: self.header_read_timeout,
+            max_connections: self.max_connections,
+            max_connections_per_ip: self.effective_max_connections_per_ip(),
+            ..crate::web::ServeOptions::default()
+        }
     }
 
     /// The constant labels as (name, value) pairs.
@@ -320,6 +398,69 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("--nvml.call-timeout (GPU_EXPORTER_NVML_CALL_TIMEOUT) 2s"), "{text}");
         assert!(text.contains("--collect-interval (GPU_EXPORTER_COLLECT_INTERVAL) 1s"), "{text}");
+    }
+
+    #[test]
+    fn connection_flags_reach_the_serving_options() {
+        let defaults = args(&[]).serve_options();
+        assert_eq!(defaults.header_read_timeout, https_edge::DEFAULT_HEADER_READ_TIMEOUT);
+        assert_eq!(defaults.handshake_timeout, https_edge::DEFAULT_HANDSHAKE_TIMEOUT);
+        assert_eq!(defaults.max_connections, https_edge::DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(defaults.max_connections_per_ip, https_edge::DEFAULT_MAX_CONNECTIONS_PER_PEER);
+        let a = args(&[
+            "--web.header-read-timeout",
+            "2s500ms",
+            "--web.tls-handshake-timeout",
+            "3s",
+            "--web.max-connections",
+            "64",
+            "--web.max-connections-per-ip",
+            "16",
+            "--shutdown-timeout",
+            "1s",
+        ]);
+        a.validate().unwrap();
+        let options = a.serve_options();
+        assert_eq!(options.header_read_timeout, Duration::from_millis(2500));
+        assert_eq!(options.handshake_timeout, Duration::from_secs(3));
+        assert_eq!((options.max_connections, options.max_connections_per_ip), (64, 16));
+        assert_eq!(options.drain, Duration::from_secs(1));
+        assert_eq!(options.probe_paths, crate::web::ServeOptions::default().probe_paths);
+    }
+
+    #[test]
+    fn connection_flags_out_of_range_are_refused_naming_the_flag() {
+        for (flag, value, env, range) in [
+            ("--web.header-read-timeout", "0s", "GPU_EXPORTER_WEB_HEADER_READ_TIMEOUT", "1s to 1m"),
+            ("--web.header-read-timeout", "2m", "GPU_EXPORTER_WEB_HEADER_READ_TIMEOUT", "1s to 1m"),
+            ("--web.tls-handshake-timeout", "500ms", "GPU_EXPORTER_WEB_TLS_HANDSHAKE_TIMEOUT", "1s to 1m"),
+            ("--web.max-connections", "0", "GPU_EXPORTER_WEB_MAX_CONNECTIONS", "16 to 65536"),
+            ("--web.max-connections", "1000000", "GPU_EXPORTER_WEB_MAX_CONNECTIONS", "16 to 65536"),
+            ("--web.max-connections-per-ip", "0", "GPU_EXPORTER_WEB_MAX_CONNECTIONS_PER_IP", "1 to 65536"),
+        ] {
+            let err = Args::try_parse_from(["gpu-exporter", flag, value]).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{flag} {value}");
+            let text = err.to_string();
+            for part in [flag, env, range, &format!("'{value}'")] {
+                assert!(text.contains(part), "{flag} {value}: {part} in {text}");
+            }
+        }
+        let err = Args::try_parse_from(["gpu-exporter", "--web.header-read-timeout", "5"]).unwrap_err().to_string();
+        assert!(err.contains("--web.header-read-timeout") && err.contains("\"5\""), "a bare number: {err}");
+    }
+
+    #[test]
+    fn the_per_ip_limit_may_not_exceed_the_total() {
+        let err = args(&["--web.max-connections", "64", "--web.max-connections-per-ip", "65"]).validate().unwrap_err();
+        assert_eq!(err, ConfigError::PerIpAboveTotal { per_ip: 65, total: 64 });
+        let text = err.to_string();
+        assert!(text.contains("--web.max-connections-per-ip (GPU_EXPORTER_WEB_MAX_CONNECTIONS_PER_IP) 65"), "{text}");
+        assert!(text.contains("--web.max-connections (GPU_EXPORTER_WEB_MAX_CONNECTIONS) 64"), "{text}");
+        assert!(args(&["--web.max-connections", "64", "--web.max-connections-per-ip", "64"]).validate().is_ok());
+        let a = args(&["--web.max-connections", "64"]);
+        a.validate().unwrap();
+        assert_eq!(a.serve_options().max_connections_per_ip, 16, "by default a quarter of the total");
+        assert_eq!(args(&["--web.max-connections", "17"]).effective_max_connections_per_ip(), 4);
     }
 
     #[test]

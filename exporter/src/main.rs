@@ -101,7 +101,7 @@ async fn run(
     tokio::spawn(release_startup_code(snapshots.clone()));
     let sections = health.as_ref().map(gpu_exporter::health::sections).unwrap_or_default();
     let app = router(AppState::with_sections(snapshots, context, sections));
-    web::serve(listener, app, Arc::new(web_config), shutdown_signal(), args.shutdown_timeout)
+    web::serve_with(listener, app, Arc::new(web_config), shutdown_signal(), args.serve_options())
         .await
         .context("HTTP server")?;
     tracing::info!("shutting down");

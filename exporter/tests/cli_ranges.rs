@@ -32,6 +32,28 @@ const ROWS: &[Row] = &[
     row("nvml.init-retry-max", "GPU_EXPORTER_NVML_INIT_RETRY_MAX", "1s to 1h", ["1s", "1h"], ["999ms", "1h1ms"]),
     row("shutdown-timeout", "GPU_EXPORTER_SHUTDOWN_TIMEOUT", "0s to 2m", ["0s", "2m"], ["-1s", "2m1ms"]),
     row(
+        "web.header-read-timeout",
+        "GPU_EXPORTER_WEB_HEADER_READ_TIMEOUT",
+        "1s to 1m",
+        ["1s", "1m"],
+        ["999ms", "1m1ms"],
+    ),
+    row(
+        "web.tls-handshake-timeout",
+        "GPU_EXPORTER_WEB_TLS_HANDSHAKE_TIMEOUT",
+        "1s to 1m",
+        ["1s", "1m"],
+        ["999ms", "1m1ms"],
+    ),
+    row("web.max-connections", "GPU_EXPORTER_WEB_MAX_CONNECTIONS", "16 to 65536", ["16", "65536"], ["15", "65537"]),
+    row(
+        "web.max-connections-per-ip",
+        "GPU_EXPORTER_WEB_MAX_CONNECTIONS_PER_IP",
+        "1 to 65536",
+        ["1", "65536"],
+        ["0", "65537"],
+    ),
+    row(
         "kubelet.refresh-interval",
         "GPU_EXPORTER_KUBELET_REFRESH_INTERVAL",
         "1s to 5m",

@@ -158,6 +158,15 @@ pub fn check_flags(args: &Args) -> Result<()> {
             show_duration(args.metrics_relist_interval)
         )));
     }
+    if let Some(per_ip) = args.max_connections_per_ip
+        && per_ip > args.max_connections
+    {
+        return Err(Error::Config(format!(
+            "--max-connections-per-ip (GPU_METRICS_ADAPTER_MAX_CONNECTIONS_PER_IP) {per_ip} must be at most \
+             --max-connections (GPU_METRICS_ADAPTER_MAX_CONNECTIONS) {}: one address cannot hold more places than there are",
+            args.max_connections
+        )));
+    }
     if args.direct_source && args.max_age < args.scrape_interval {
         return Err(Error::Config(format!(
             "--max-age (GPU_METRICS_ADAPTER_MAX_AGE) {} shorter than --scrape-interval \
@@ -473,10 +482,14 @@ impl App {
                 max_header_bytes: args.max_request_header_bytes,
             },
         };
-        let options = server::options(
-            args.shutdown_drain,
-            (args.max_request_uri_bytes + args.max_request_header_bytes).saturating_mul(2),
-        );
+        let options = server::options(server::Limits {
+            drain: args.shutdown_drain,
+            max_head_bytes: (args.max_request_uri_bytes + args.max_request_header_bytes).saturating_mul(2),
+            header_read_timeout: args.header_read_timeout,
+            handshake_timeout: args.tls_handshake_timeout,
+            max_connections: args.max_connections,
+            max_connections_per_ip: args.effective_max_connections_per_ip(),
+        });
         Ok(Self { addr, listener, tls, state, tasks, options })
     }
 

@@ -4,7 +4,9 @@
 //! self-signed pair made at start); client certificates requested in every handshake but
 //! verified per request by the authenticator, which knows the CAs in force (they change
 //! with the `extension-apiserver-authentication` ConfigMap, without a restart); HTTP/1.1
-//! and HTTP/2; request heads bounded by the URI and header flags.
+//! and HTTP/2; request heads bounded by the URI and header flags; the edge's deadlines
+//! and connection limits (the oldest idle connection closed to make room) set by their
+//! flags ([`Limits`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -99,10 +101,35 @@ pub fn tls(cert: ServingCert, protocols: &Protocols) -> Result<Arc<ServerTls>> {
     Ok(Arc::new(ServerTls::new(settings, check_every)?))
 }
 
-/// The edge's connection settings for the adapter: drain on shutdown, and a request head
-/// of at most `max_head_bytes` (hyper refuses larger ones with 431).
-pub fn options(drain: Duration, max_head_bytes: usize) -> https_edge::Options {
-    https_edge::Options { drain, max_header_bytes: Some(max_head_bytes), ..https_edge::Options::default() }
+/// The connection settings the adapter's flags choose (`--shutdown-drain`, the request
+/// size flags, `--header-read-timeout`, `--tls-handshake-timeout`, `--max-connections`,
+/// `--max-connections-per-ip`).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// How long open connections may finish at shutdown.
+    pub drain: Duration,
+    /// The most bytes of request head (hyper refuses larger ones with 431).
+    pub max_head_bytes: usize,
+    /// How long a client may take to send a request head after its handshake.
+    pub header_read_timeout: Duration,
+    /// How long a client may take from accept to the end of its handshake.
+    pub handshake_timeout: Duration,
+    /// Connections open at once; at the limit the one idle the longest is closed.
+    pub max_connections: usize,
+    /// Connections open at once from one address.
+    pub max_connections_per_ip: usize,
+}
+
+/// The edge's connection settings for the adapter.
+pub fn options(limits: Limits) -> https_edge::Options {
+    https_edge::Options {
+        drain: limits.drain,
+        handshake_timeout: limits.handshake_timeout,
+        header_read_timeout: limits.header_read_timeout,
+        max_connections: limits.max_connections,
+        max_connections_per_peer: limits.max_connections_per_ip,
+        max_header_bytes: Some(limits.max_head_bytes),
+    }
 }
 
 #[cfg(test)]

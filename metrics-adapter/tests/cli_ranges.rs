@@ -125,6 +125,22 @@ const ROWS: &[Row] = &[
         ["4096", "1048576"],
         ["4095", "1048577"],
     ),
+    row("header-read-timeout", "GPU_METRICS_ADAPTER_HEADER_READ_TIMEOUT", "1s to 1m", ["1s", "1m"], ["999ms", "1m1ms"]),
+    row(
+        "tls-handshake-timeout",
+        "GPU_METRICS_ADAPTER_TLS_HANDSHAKE_TIMEOUT",
+        "1s to 1m",
+        ["1s", "1m"],
+        ["999ms", "1m1ms"],
+    ),
+    row("max-connections", "GPU_METRICS_ADAPTER_MAX_CONNECTIONS", "16 to 65536", ["16", "65536"], ["15", "65537"]),
+    row(
+        "max-connections-per-ip",
+        "GPU_METRICS_ADAPTER_MAX_CONNECTIONS_PER_IP",
+        "1 to 65536",
+        ["1", "65536"],
+        ["0", "65537"],
+    ),
     row("shutdown-drain", "GPU_METRICS_ADAPTER_SHUTDOWN_DRAIN", "0s to 5m", ["0s", "5m"], ["-1s", "5m1ms"]),
 ];
 
@@ -180,6 +196,16 @@ fn a_cross_check_is_refused_with_both_flags_before_any_client_is_built() {
     assert!(gpu_metrics_adapter::app::check_flags(&args).is_ok());
     let args = Args::parse_from_args(["x", "--scrape-interval=1m", "--max-age=30s", "--direct-source=false"]).unwrap();
     assert!(gpu_metrics_adapter::app::check_flags(&args).is_ok(), "max-age only bounds the direct source");
+    let args = Args::parse_from_args(["x", "--max-connections=64", "--max-connections-per-ip=65"]).unwrap();
+    let err = gpu_metrics_adapter::app::check_flags(&args).unwrap_err().to_string();
+    for part in [
+        "--max-connections-per-ip (GPU_METRICS_ADAPTER_MAX_CONNECTIONS_PER_IP) 65",
+        "--max-connections (GPU_METRICS_ADAPTER_MAX_CONNECTIONS) 64",
+    ] {
+        assert!(err.contains(part), "{part} in {err}");
+    }
+    let args = Args::parse_from_args(["x", "--max-connections=64", "--max-connections-per-ip=64"]).unwrap();
+    assert!(gpu_metrics_adapter::app::check_flags(&args).is_ok());
 }
 
 #[test]

@@ -141,6 +141,8 @@ pub async fn serve_with(
         client_auth = ?config.client_auth(),
         web_config = ?config.source(),
         probe_paths = ?options.probe_paths,
+        max_connections = options.max_connections,
+        max_connections_per_ip = options.max_connections_per_ip,
         "serving HTTP (probe paths without authentication)"
     );
     let service = tower::service_fn(move |request: Request<Body>| {

@@ -347,6 +347,30 @@ pub struct Args {
     /// KiB to 1 MiB). The aggregator's user, group and extra headers must fit.
     #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_REQUEST_HEADER_BYTES", default_value_t = 64 << 10, value_parser = Bounded::number(4 * KIB, MIB))]
     pub max_request_header_bytes: usize,
+    /// How long a client may take to send a complete HTTP/1 request head after its TLS
+    /// handshake (and between the requests of a keep-alive connection), 1s to 1m; a
+    /// client that has not finished by then is closed. The aggregator and the HPA send
+    /// their heads in one write; above a minute a silent client holds its place through
+    /// several HPA syncs.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_HEADER_READ_TIMEOUT", value_parser = Bounded::duration(parse_duration, secs(1), secs(60)), default_value = "5s")]
+    pub header_read_timeout: Duration,
+    /// How long a client may take from accept to the end of its TLS handshake, 1s to 1m.
+    /// A handshake takes milliseconds; above a minute a silent client holds its place
+    /// through several HPA syncs.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_TLS_HANDSHAKE_TIMEOUT", value_parser = Bounded::duration(parse_duration, secs(1), secs(60)), default_value = "5s")]
+    pub tls_handshake_timeout: Duration,
+    /// Connections open at once, 16 to 65536. At the limit the connection idle the
+    /// longest is closed to make room, so idle sockets never lock the aggregator or the
+    /// kubelet's probes out; only when every connection is serving a request do new
+    /// clients wait. Each connection costs a file descriptor.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_CONNECTIONS", default_value_t = https_edge::DEFAULT_MAX_CONNECTIONS, value_parser = Bounded::number(16usize, 65536))]
+    pub max_connections: usize,
+    /// Connections open at once from one IP address, 1 to 65536, and at most
+    /// --max-connections (default: a quarter of it, 256). At the limit that address's
+    /// connection idle the longest is closed to make room (or the new one, when all of
+    /// them are serving), so one address cannot take every place.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_MAX_CONNECTIONS_PER_IP", value_parser = Bounded::number(1usize, 65536))]
+    pub max_connections_per_ip: Option<usize>,
     /// How long open connections may finish at shutdown, 0s to 5m (0s: close at once).
     /// Past the pod's termination grace period the kubelet kills the adapter anyway.
     #[arg(long, env = "GPU_METRICS_ADAPTER_SHUTDOWN_DRAIN", value_parser = Bounded::duration(parse_duration, secs(0), secs(300)), default_value = "20s")]
@@ -440,6 +464,12 @@ impl Args {
         self.scrape_timeout.min(self.scrape_interval)
     }
 
+    /// `--max-connections-per-ip`, by default a quarter of `--max-connections` (the
+    /// edge's own proportion: 256 of 1024).
+    pub fn effective_max_connections_per_ip(&self) -> usize {
+        self.max_connections_per_ip.unwrap_or(self.max_connections / 4).clamp(1, self.max_connections)
+    }
+
     /// `--metrics-max-age`, defaulting to `--metrics-relist-interval`.
     pub fn effective_metrics_max_age(&self) -> Duration {
         self.metrics_max_age.unwrap_or(self.metrics_relist_interval)
@@ -468,6 +498,42 @@ mod tests {
         for bad in ["", "15", "s", "1x", "-1s", "1d", "99999999999h"] {
             let err = Args::parse_from_args(["x", &format!("--scrape-interval={bad}")]).unwrap_err().to_string();
             assert!(err.contains(&format!("{bad:?}")), "the refusal names {bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn connection_flags_are_read_and_bad_values_refused_naming_the_flag() {
+        let a = Args::parse_from_args(["x"]).unwrap();
+        assert_eq!(a.header_read_timeout, https_edge::DEFAULT_HEADER_READ_TIMEOUT);
+        assert_eq!(a.tls_handshake_timeout, https_edge::DEFAULT_HANDSHAKE_TIMEOUT);
+        assert_eq!(a.max_connections, https_edge::DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(a.effective_max_connections_per_ip(), https_edge::DEFAULT_MAX_CONNECTIONS_PER_PEER);
+        let a = Args::parse_from_args([
+            "x",
+            "--header-read-timeout=2s",
+            "--tls-handshake-timeout=1m",
+            "--max-connections=64",
+            "--max-connections-per-ip=8",
+        ])
+        .unwrap();
+        assert_eq!((a.header_read_timeout, a.tls_handshake_timeout), (secs(2), secs(60)));
+        assert_eq!((a.max_connections, a.effective_max_connections_per_ip()), (64, 8));
+        let a = Args::parse_from_args(["x", "--max-connections=64"]).unwrap();
+        assert_eq!(a.effective_max_connections_per_ip(), 16, "by default a quarter of the total");
+        for (flag, value, env, range) in [
+            ("--header-read-timeout", "0s", "GPU_METRICS_ADAPTER_HEADER_READ_TIMEOUT", "1s to 1m"),
+            ("--header-read-timeout", "10m", "GPU_METRICS_ADAPTER_HEADER_READ_TIMEOUT", "1s to 1m"),
+            ("--tls-handshake-timeout", "100ms", "GPU_METRICS_ADAPTER_TLS_HANDSHAKE_TIMEOUT", "1s to 1m"),
+            ("--max-connections", "0", "GPU_METRICS_ADAPTER_MAX_CONNECTIONS", "16 to 65536"),
+            ("--max-connections", "100000", "GPU_METRICS_ADAPTER_MAX_CONNECTIONS", "16 to 65536"),
+            ("--max-connections-per-ip", "0", "GPU_METRICS_ADAPTER_MAX_CONNECTIONS_PER_IP", "1 to 65536"),
+        ] {
+            let err = Args::parse_from_args(["x", &format!("{flag}={value}")]).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{flag}={value}");
+            let text = err.to_string();
+            for part in [flag, env, range, &format!("'{value}'")] {
+                assert!(text.contains(part), "{flag}={value}: {part} in {text}");
+            }
         }
     }
 
