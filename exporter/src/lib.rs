@@ -17,6 +17,8 @@
 //! durations are read by the workspace's `flag-ranges` crate, so the flags of each part
 //! ([`attribution`], [`health`]) need nothing from [`config`], which gathers them.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod attribution;
 pub mod collect;
 pub mod config;

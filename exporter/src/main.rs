@@ -1,6 +1,8 @@
 //! gpu-exporter binary: parse flags, start logging, run, map errors to exit codes
 //! (0 clean shutdown, 1 runtime failure, 2 bad configuration).
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::process::ExitCode;
 use std::sync::Arc;
 

@@ -9,6 +9,8 @@
 //! scrape could silently drop a pod's devices. Only the families the caller wants are
 //! materialised; other lines are checked for a valid metric name and skipped.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 
 /// Which text format the payload claims to be (from the response `Content-Type`).

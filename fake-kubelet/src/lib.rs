@@ -13,6 +13,8 @@
 //! The scenario is the same file the simulated NVML library reads, so PIDs, device ids
 //! and pods agree between the two.
 
+#![forbid(unsafe_code)]
+
 pub mod listing;
 pub mod pod_logs;
 pub mod procfs;

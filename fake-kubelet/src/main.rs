@@ -4,6 +4,8 @@
 //! `SIGUSR1` drops the socket (as a kubelet that died), `SIGUSR2` restores it (as a
 //! restarted kubelet); `SIGTERM` / `SIGINT` remove it and exit.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc;

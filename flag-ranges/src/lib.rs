@@ -14,6 +14,8 @@
 //! also take bare seconds, [`parse_duration_or_seconds`]). [`table`] holds the checks
 //! each binary's table-driven range test runs.
 
+#![forbid(unsafe_code)]
+
 use std::ffi::OsStr;
 use std::fmt;
 use std::str::FromStr;

@@ -15,6 +15,8 @@
 //! k8s-openapi's types only (plain data, no client), so the plan and the node state
 //! it reads stay here and are unit-tested without an API server.
 
+#![forbid(unsafe_code)]
+
 pub mod breaker;
 pub mod device_rules;
 pub mod names;

@@ -78,6 +78,8 @@
 //! connection: TLS, HTTP/1.1 and HTTP/2), `host` (the `Host` rule) and `linger`
 //! (delivering a refusal).
 
+#![forbid(unsafe_code)]
+
 mod admit;
 pub mod ca;
 pub mod cert;

@@ -13,6 +13,8 @@
 //! the adapter's limits (`page`); outside text reaches the terminal only through
 //! `sanitize`, in table cells and warnings. Design notes: `docs/kubectl-gpu.md`.
 
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod app;
 pub mod cli;

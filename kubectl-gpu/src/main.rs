@@ -1,6 +1,8 @@
 //! `kubectl-gpu`: parse the command line, set up logging, run, map errors to exit codes
 //! (0 done, 1 the cluster could not be read, 2 a command line that can never work).
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

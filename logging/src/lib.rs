@@ -10,6 +10,8 @@
 //! and field filters were never documented for any binary. A value that is not a level
 //! or such a pair is refused at start, not read as a target name that matches nothing.
 
+#![forbid(unsafe_code)]
+
 use tracing_subscriber::filter::{LevelFilter, Targets};
 
 /// A parsed `--log.level`: a default level and per-target levels.

@@ -19,6 +19,8 @@
 //! rules rendering) do no I/O and are unit-tested; HTTP, TLS and the Kubernetes API live
 //! at the edges (`server`, `http_client`, `labels`, `auth::authn`/`authz`, `app`).
 
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod app;
 pub mod auth;

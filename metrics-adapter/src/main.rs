@@ -1,6 +1,8 @@
 //! gpu-metrics-adapter: parse flags, set up logging, build and run the server, map
 //! failures to exit codes (2: configuration, 1: runtime).
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use anyhow::Context as _;

@@ -165,11 +165,6 @@ impl Selector {
         self.matches(|k| labels.iter().find(|(lk, _)| lk.as_ref() == k).map(|(_, v)| v.as_ref()))
     }
 
-    /// Whether a map of labels satisfies every requirement.
-    pub fn matches_map<K: AsRef<str> + Ord, V: AsRef<str>>(&self, labels: &BTreeMap<K, V>) -> bool {
-        self.matches(|k| labels.iter().find(|(lk, _)| lk.as_ref() == k).map(|(_, v)| v.as_ref()))
-    }
-
     /// The `metav1.LabelSelector` form, as Go's `metav1.ParseToLabelSelector` builds it:
     /// `=`/`==` go to `matchLabels`, everything else to `matchExpressions`. `!=` is written
     /// as `NotIn` with one value (the same set), `>`/`<` as `Gt`/`Lt`.

@@ -1,21 +1,27 @@
-//! Test support for every crate of the workspace: fails when the crate's top-level
-//! modules import each other in a circle.
+//! Test support for every crate of the workspace: fails when modules that share a
+//! parent import each other in a circle, at the top level and at every nested level.
 //!
 //! Each crate has a test (`tests/module_cycles.rs`) that calls
-//! [`assert_no_cycle`] on its own `src/`. A top-level module is a file `src/x.rs` or a
-//! folder `src/x/`; the crate root (`lib.rs`, `main.rs`) and `src/bin/` are not modules
-//! of the graph. An edge `x -> y` is any `crate::y` path, `$crate::y` path or `super::`
-//! chain climbing to the root in a file of `x` ([`scan`] says which forms count), test
-//! code included: a test module that reaches back up is still a knot to untie. Code a
-//! macro pulls in from another file (`include!`, `tonic::include_proto!`) is not read.
+//! [`assert_no_cycle`] on its own `src/`. A module is a file `src/x.rs` or a folder
+//! `src/x/`, and so on down (`src/x/y.rs` is `x::y`); the crate root (`lib.rs`,
+//! `main.rs`) and `src/bin/` are not modules of the graph. Each module with children
+//! (and the crate root) has a graph of its children: an edge `y -> z` in `x`'s graph is
+//! any path from a file inside `x::y` that names something inside its sibling `x::z`,
+//! written as `crate::x::z`, `$crate::x::z`, `super::z` or `self::` ([`scan`] says
+//! which forms count), test code included: a test module that reaches back up is still
+//! a knot to untie. Code a macro pulls in from another file (`include!`,
+//! `tonic::include_proto!`) is not read.
 //!
 //! Why: data in this project flows one way (NVML -> collection -> snapshot -> render),
 //! and a module that imports one that imports it back makes that hard to see and harder
 //! to split into crates. This check keeps the direction from eroding.
 
+#![forbid(unsafe_code)]
+
 pub mod graph;
 pub mod scan;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -32,24 +38,38 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The module graph of the crate whose sources are in `src`.
+/// The graph of the crate's top-level modules (the crate root's entry of [`module_graphs`]).
 pub fn module_graph(src: &Path) -> Result<Graph> {
+    Ok(module_graphs(src)?.remove(&Vec::new()).unwrap_or_default())
+}
+
+/// For the crate root (the empty path) and each module with children, the graph of
+/// its children.
+pub fn module_graphs(src: &Path) -> Result<BTreeMap<Vec<String>, Graph>> {
     let mut files = Vec::new();
     rust_files(src, &mut files)?;
-    let modules: Vec<Vec<String>> = files.iter().filter_map(|f| module_path(src, f)).collect();
-    let tops: std::collections::BTreeSet<&str> = modules.iter().filter_map(|m| m.first()).map(String::as_str).collect();
-    let mut graph = Graph::default();
+    // Every module, and the folders above a file (a folder module needs no mod.rs).
+    let modules: BTreeSet<Vec<String>> = files
+        .iter()
+        .filter_map(|f| module_path(src, f))
+        .flat_map(|m| (1..=m.len()).map(move |n| m[..n].to_vec()))
+        .collect();
+    let mut graphs: BTreeMap<Vec<String>, Graph> = BTreeMap::new();
     for file in &files {
         let Some(module) = module_path(src, file) else { continue };
         let text = std::fs::read_to_string(file).map_err(|source| Error::Io { path: file.clone(), source })?;
-        let references =
-            scan::references(&text, module.len()).map_err(|source| Error::Lex { path: file.clone(), source })?;
+        let paths = scan::paths(&text, &module).map_err(|source| Error::Lex { path: file.clone(), source })?;
         let shown = file.strip_prefix(src).unwrap_or(file).display().to_string();
-        for r in references.iter().filter(|r| tops.contains(r.target.as_str())) {
-            graph.add(&module[0], &r.target, || format!("{shown}:{}", r.line));
+        for r in &paths {
+            // The edge is where the two paths part: between siblings under their common parent.
+            let common = module.iter().zip(&r.path).take_while(|(a, b)| a == b).count();
+            if common < module.len() && common < r.path.len() && modules.contains(&r.path[..=common]) {
+                let graph = graphs.entry(module[..common].to_vec()).or_default();
+                graph.add(&module[common], &r.path[common], || format!("{shown}:{}", r.line));
+            }
         }
     }
-    Ok(graph)
+    Ok(graphs)
 }
 
 /// Panics when the crate in `src` has a module cycle, naming each circle and the line
@@ -62,8 +82,9 @@ pub fn module_graph(src: &Path) -> Result<Graph> {
 /// ```
 pub fn assert_no_cycle(src: impl AsRef<Path>) {
     let src = src.as_ref();
-    let graph = module_graph(src).unwrap_or_else(|e| panic!("reading {}: {e}", src.display()));
-    let report = describe_cycles(&graph, src);
+    let graphs = module_graphs(src).unwrap_or_else(|e| panic!("reading {}: {e}", src.display()));
+    let report: String =
+        graphs.iter().map(|(scope, graph)| describe_cycles(graph, &scope.iter().fold(src.to_path_buf(), |p, m| p.join(m)))).collect();
     assert!(report.is_empty(), "{report}");
 }
 

@@ -1,16 +1,17 @@
-//! One source file to the top-level modules it names.
+//! One source file to the crate paths it names.
 //!
 //! A file is read as Rust tokens (so comments, doc comments and string literals never
-//! count) and three path forms are picked out, wherever they stand (`use` lines, paths
-//! in expressions and types, macro arguments):
-//! - `crate::x` and `crate::{x, y::z}`: top-level modules `x` and `y`;
-//! - `super::` chains that climb out of the file's top-level module to the crate root:
-//!   from `src/a/b.rs`, `super::super::x` names `x`;
+//! count) and four path forms are picked out, wherever they stand (`use` lines, paths
+//! in expressions and types, macro arguments), each resolved to a path from the crate
+//! root:
+//! - `crate::x::y` and `crate::{x, y::z}`: `x::y`, `x`, `y::z`;
+//! - `super::` chains, climbing from the file's module: from `src/a/b.rs`,
+//!   `super::c` is `a::c` and `super::super::x` is `x`;
+//! - `self::c`, from the file's module down;
 //! - `$crate::x` in a macro, which is the same as `crate::x`.
 //!
 //! Inline modules (`mod tests { ... }`) count as one more level for `super::`. Whether
-//! a name after the path is a module at all is left to the caller, which knows the
-//! crate's top-level modules.
+//! a path names a module at all is left to the caller, which knows the crate's modules.
 
 use std::str::FromStr;
 
@@ -25,6 +26,14 @@ pub struct Reference {
     pub line: usize,
 }
 
+/// A crate path named in a file, from the crate root (`["render", "labels", "LabelSet"]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathRef {
+    pub path: Vec<String>,
+    /// 1-based line of the path.
+    pub line: usize,
+}
+
 /// The text is not Rust tokens (an unclosed string or bracket).
 #[derive(Debug, thiserror::Error)]
 #[error("line {line}: {message}")]
@@ -34,34 +43,55 @@ pub struct LexError {
 }
 
 /// Every reference to a crate-root item in `source`, a file at module depth `depth`
-/// (1 for `src/a.rs` and `src/a/mod.rs`, 2 for `src/a/b.rs`, ...).
+/// (1 for `src/a.rs` and `src/a/mod.rs`, 2 for `src/a/b.rs`, ...): the paths of
+/// [`paths`] that leave the file's top-level module or start at the root.
 pub fn references(source: &str, depth: usize) -> Result<Vec<Reference>, LexError> {
+    // A placeholder module path: a path still inside it starts with the placeholder.
+    let module = vec![String::from("\0"); depth];
+    let mut refs: Vec<Reference> = paths(source, &module)?
+        .into_iter()
+        .filter_map(|r| {
+            let target = r.path.into_iter().next()?;
+            (target != "\0").then_some(Reference { target, line: r.line })
+        })
+        .collect();
+    // `crate::c::{D, E}` names `c` once.
+    refs.dedup();
+    Ok(refs)
+}
+
+/// Every crate path in `source`, a file of module `module` (`["a", "b"]` for
+/// `src/a/b.rs`), resolved from the crate root.
+pub fn paths(source: &str, module: &[String]) -> Result<Vec<PathRef>, LexError> {
     let tokens =
         TokenStream::from_str(source).map_err(|e| LexError { line: e.span().start().line, message: e.to_string() })?;
     let mut out = Vec::new();
-    walk(tokens, depth, &mut out);
+    walk(tokens, &mut module.to_vec(), &mut out);
     Ok(out)
 }
 
-/// Walks one token level; `depth` is how many `super::` reach the crate root.
-fn walk(stream: TokenStream, depth: usize, out: &mut Vec<Reference>) {
+/// Walks one token level; `module` is where `super::` and `self::` start from.
+fn walk(stream: TokenStream, module: &mut Vec<String>, out: &mut Vec<PathRef>) {
     let tokens: Vec<TokenTree> = stream.into_iter().collect();
     let mut i = 0;
     while i < tokens.len() {
         match &tokens[i] {
             TokenTree::Ident(word) if word == "mod" => {
-                if let (Some(TokenTree::Ident(_)), Some(TokenTree::Group(body))) =
+                if let (Some(TokenTree::Ident(name)), Some(TokenTree::Group(body))) =
                     (tokens.get(i + 1), tokens.get(i + 2))
                     && body.delimiter() == Delimiter::Brace
                 {
-                    walk(body.stream(), depth + 1, out);
+                    module.push(name.to_string());
+                    walk(body.stream(), module, out);
+                    module.pop();
                     i += 3;
                     continue;
                 }
             }
-            TokenTree::Ident(word) if word == "crate" && path_separator_at(&tokens, i + 1) => {
+            TokenTree::Ident(word) if (word == "crate" || word == "self") && path_separator_at(&tokens, i + 1) => {
                 let line = word.span().start().line;
-                out.extend(names_at(&tokens, i + 3).into_iter().map(|target| Reference { target, line }));
+                let prefix: &[String] = if word == "crate" { &[] } else { module };
+                out.extend(paths_at(&tokens, i + 3, prefix).into_iter().map(|path| PathRef { path, line }));
                 i += 3;
                 continue;
             }
@@ -75,16 +105,47 @@ fn walk(stream: TokenStream, depth: usize, out: &mut Vec<Reference>) {
                     climbs += 1;
                     next += 3;
                 }
-                if climbs == depth {
-                    out.extend(names_at(&tokens, next).into_iter().map(|target| Reference { target, line }));
+                if climbs <= module.len() {
+                    let prefix = &module[..module.len() - climbs];
+                    out.extend(paths_at(&tokens, next, prefix).into_iter().map(|path| PathRef { path, line }));
                 }
                 i = next;
                 continue;
             }
-            TokenTree::Group(group) => walk(group.stream(), depth, out),
+            TokenTree::Group(group) => walk(group.stream(), module, out),
             _ => {}
         }
         i += 1;
+    }
+}
+
+/// The paths at `tokens[at..]` after `prefix`: `a::b`, or one per item of a `{...}`
+/// group (`self` in a group is the prefix itself), a glob ending at its module.
+fn paths_at(tokens: &[TokenTree], at: usize, prefix: &[String]) -> Vec<Vec<String>> {
+    let mut path = prefix.to_vec();
+    let mut j = at;
+    loop {
+        match tokens.get(j) {
+            Some(TokenTree::Ident(name)) => {
+                path.push(name.to_string());
+                if !path_separator_at(tokens, j + 1) {
+                    return vec![path];
+                }
+                j += 3;
+            }
+            Some(TokenTree::Group(group)) if group.delimiter() == Delimiter::Brace => {
+                let items: Vec<TokenTree> = group.stream().into_iter().collect();
+                return items
+                    .split(|t| matches!(t, TokenTree::Punct(p) if p.as_char() == ','))
+                    .filter(|item| !item.is_empty())
+                    .flat_map(|item| match item.first() {
+                        Some(TokenTree::Ident(w)) if w == "self" => vec![path.clone()],
+                        _ => paths_at(item, 0, &path),
+                    })
+                    .collect();
+            }
+            _ => return if path.len() > prefix.len() { vec![path] } else { Vec::new() },
+        }
     }
 }
 
@@ -95,31 +156,6 @@ fn path_separator_at(tokens: &[TokenTree], at: usize) -> bool {
             a.as_char() == ':' && a.spacing() == Spacing::Joint && b.as_char() == ':'
         }
         _ => false,
-    }
-}
-
-/// The first segment of the path at `tokens[at]`, or of each path in a `{...}` group.
-fn names_at(tokens: &[TokenTree], at: usize) -> Vec<String> {
-    match tokens.get(at) {
-        Some(TokenTree::Ident(name)) => vec![name.to_string()],
-        Some(TokenTree::Group(group)) if group.delimiter() == Delimiter::Brace => {
-            let mut names = Vec::new();
-            let mut at_item_start = true;
-            for token in group.stream() {
-                match &token {
-                    TokenTree::Punct(p) if p.as_char() == ',' => at_item_start = true,
-                    TokenTree::Ident(name) if at_item_start => {
-                        if name != "self" {
-                            names.push(name.to_string());
-                        }
-                        at_item_start = false;
-                    }
-                    _ => at_item_start = false,
-                }
-            }
-            names
-        }
-        _ => Vec::new(),
     }
 }
 
@@ -155,6 +191,28 @@ mod tests {
         // An inline module adds a level.
         assert!(targets("mod tests { use super::*; use super::b; }", 1).is_empty());
         assert_eq!(targets("mod tests { use super::super::b; }", 1), ["b"]);
+    }
+
+    fn resolved(source: &str, module: &[&str]) -> Vec<String> {
+        let module: Vec<String> = module.iter().map(|m| m.to_string()).collect();
+        paths(source, &module).unwrap().into_iter().map(|r| r.path.join("::")).collect()
+    }
+
+    #[test]
+    fn paths_resolve_from_the_crate_root() {
+        // From src/render/mig.rs.
+        let m = ["render", "mig"];
+        assert_eq!(resolved("use super::labels::LabelSet;", &m), ["render::labels::LabelSet"]);
+        assert_eq!(
+            resolved("use super::{pods::push, sink as s, self};", &m),
+            ["render::pods::push", "render::sink", "render"]
+        );
+        assert_eq!(resolved("use super::super::snapshot::Snapshot;", &m), ["snapshot::Snapshot"]);
+        assert_eq!(resolved("use crate::render::{labels::{A, B}};", &m), ["render::labels::A", "render::labels::B"]);
+        assert_eq!(resolved("use self::inner::X;", &m), ["render::mig::inner::X"]);
+        // A glob of the parent names no path of its own.
+        assert_eq!(resolved("mod tests { use super::*; use super::super::pods::f; }", &m), ["render::pods::f"]);
+        assert!(resolved("use super::super::super::x;", &m).is_empty(), "above the root");
     }
 
     #[test]

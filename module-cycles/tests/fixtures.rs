@@ -1,10 +1,10 @@
-//! The check on two small crates under `tests/fixtures/`: one whose modules only look
+//! The check on small crates under `tests/fixtures/`: one whose modules only look
 //! down, and one with two circles (one closed from two levels down through `super::`,
-//! one closed by a test module).
+//! one closed by a test module), and one whose only circle is between nested siblings.
 
 use std::path::{Path, PathBuf};
 
-use module_cycles::{assert_no_cycle, describe_cycles, module_graph};
+use module_cycles::{assert_no_cycle, describe_cycles, module_graph, module_graphs};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name).join("src")
@@ -41,4 +41,20 @@ fn the_check_fails_on_a_cyclic_crate() {
 #[should_panic(expected = "reading")]
 fn a_missing_source_folder_fails_naming_it() {
     assert_no_cycle(fixture("missing"));
+}
+
+#[test]
+fn a_circle_between_nested_siblings_is_named_with_its_parent() {
+    let src = fixture("nested");
+    assert_eq!(module_graph(&src).unwrap().targets("render").collect::<Vec<_>>(), ["snapshot"]);
+    let graphs = module_graphs(&src).unwrap();
+    let render = &graphs[&vec!["render".to_string()]];
+    assert_eq!(render.targets("mig").collect::<Vec<_>>(), ["pods"]);
+    let report = describe_cycles(render, &src.join("render"));
+    assert!(report.contains("nested/src/render: mig -> pods -> mig"), "{report}");
+    assert!(report.contains("mig -> pods at render/mig.rs:3"), "{report}");
+    assert!(report.contains("pods -> mig at render/pods.rs:4"), "{report}");
+    let panic = std::panic::catch_unwind(|| assert_no_cycle(&src)).unwrap_err();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(message.contains("mig -> pods -> mig"), "{message}");
 }

@@ -7,6 +7,7 @@
 //! ([`simulated`]), and loopback connection attacks on a serving edge ([`attack`]). A
 //! dev-dependency only; nothing here ships.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod apiserver;
 pub mod attack;

@@ -1,4 +1,5 @@
-//! A series' label set, kept in the two forms the two encoders read.
+//! A series' label set, kept in the two forms the two encoders read, and the label
+//! groups several families share: a MIG instance's, and a device holder's.
 //!
 //! The pairs stay unescaped for prometheus-client, which escapes values itself; the
 //! escaped `a="x",b="y"` text is built once per set for our own encoder, so neither
@@ -9,6 +10,8 @@ use std::borrow::Cow;
 use prometheus_client::encoding::{EncodeLabel as _, EncodeLabelSet, LabelSetEncoder};
 
 use crate::exposition::push_label;
+use crate::snapshot::attribution::{AttributionResult, ContainerRef};
+use crate::snapshot::{MigInstance, Snapshot};
 
 /// Ordered `name=value` pairs of one series (or of the device part of one).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -61,6 +64,39 @@ impl EncodeLabelSet for Series<'_> {
             pair.encode(encoder.encode_label())?;
         }
         Ok(())
+    }
+}
+
+/// Appends `mig_profile`, `gpu_instance_id`, `compute_instance_id` and `mig_uuid` to a
+/// GPU's label set.
+pub fn push_mig_labels(labels: &mut LabelSet, instance: &MigInstance) {
+    labels.push("mig_profile", instance.profile.as_str());
+    labels.push("gpu_instance_id", instance.gpu_instance_id.to_string());
+    labels.push("compute_instance_id", instance.compute_instance_id.to_string());
+    labels.push("mig_uuid", instance.uuid.as_str());
+}
+
+/// Appends the owner labels of the device `uuid` (a GPU or MIG UUID) if one container
+/// holds it alone. MIG instance label sets call this with the MIG UUID.
+pub fn push_owner_labels(labels: &mut LabelSet, snapshot: &Snapshot, uuid: &str) {
+    if let Some(result) = &snapshot.attribution {
+        push_owner(labels, result, uuid);
+    }
+}
+
+/// The owner labels of `uuid` from one result, `claim` last where DRA allocated it.
+pub fn push_owner(labels: &mut LabelSet, result: &AttributionResult, uuid: &str) -> bool {
+    let Some(owner) = result.owners.get(uuid) else { return false };
+    push_container(labels, owner, result.owner_claims.get(uuid).map(String::as_str));
+    true
+}
+
+pub fn push_container(labels: &mut LabelSet, owner: &ContainerRef, claim: Option<&str>) {
+    labels.push("namespace", owner.namespace.as_str());
+    labels.push("pod", owner.pod.as_str());
+    labels.push("container", owner.container.as_str());
+    if let Some(claim) = claim {
+        labels.push("claim", claim);
     }
 }
 

@@ -7,7 +7,7 @@
 //! memory twice.
 
 use super::families as f;
-use super::labels::LabelSet;
+use super::labels::{LabelSet, push_mig_labels, push_owner_labels};
 use super::sink::Exposition;
 use crate::exposition::Family;
 use crate::snapshot::{GpuSnapshot, MigInstance, Snapshot};
@@ -22,20 +22,11 @@ pub fn instance_labels<'a>(snapshot: &'a Snapshot, gpu_labels: &[LabelSet]) -> V
         for instance in gpu.mig.iter().flat_map(|m| &m.instances) {
             let mut l = labels.clone();
             push_mig_labels(&mut l, instance);
-            super::pods::push_owner_labels(&mut l, snapshot, &instance.uuid);
+            push_owner_labels(&mut l, snapshot, &instance.uuid);
             out.push((l, instance));
         }
     }
     out
-}
-
-/// Appends `mig_profile`, `gpu_instance_id`, `compute_instance_id` and `mig_uuid` to a
-/// GPU's label set.
-pub fn push_mig_labels(labels: &mut LabelSet, instance: &MigInstance) {
-    labels.push("mig_profile", instance.profile.as_str());
-    labels.push("gpu_instance_id", instance.gpu_instance_id.to_string());
-    labels.push("compute_instance_id", instance.compute_instance_id.to_string());
-    labels.push("mig_uuid", instance.uuid.as_str());
 }
 
 /// The instance's value in one of the contract families, if it has one.

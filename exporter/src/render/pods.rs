@@ -1,4 +1,4 @@
-//! Pod attribution families, and the owner labels on devices held by one container.
+//! Pod attribution families (the owner labels themselves are `super::labels`).
 //!
 //! Per-pod series carry the GPU's labels (`node`, `gpu`, `uuid`, `model`, constant
 //! labels), on MIG instances also `mig_profile`, `gpu_instance_id`,
@@ -14,11 +14,11 @@
 use std::collections::HashMap;
 
 use super::families as f;
-use super::labels::LabelSet;
+use super::labels::{LabelSet, push_container, push_mig_labels, push_owner, push_owner_labels};
 use super::sink::Exposition;
 use super::{flag, unix_seconds};
 use crate::snapshot::Snapshot;
-use crate::snapshot::attribution::{AttributionResult, ContainerRef, Unattributed};
+use crate::snapshot::attribution::{AttributionResult, Unattributed};
 
 /// The GPU label sets, with `namespace`, `pod`, `container` added where one container
 /// holds the whole GPU.
@@ -33,30 +33,6 @@ pub(super) fn with_owner_labels(snapshot: &Snapshot, base: &[LabelSet]) -> Vec<L
             labels
         })
         .collect()
-}
-
-/// Appends the owner labels of the device `uuid` (a GPU or MIG UUID) if one container
-/// holds it alone. MIG instance label sets call this with the MIG UUID.
-pub(super) fn push_owner_labels(labels: &mut LabelSet, snapshot: &Snapshot, uuid: &str) {
-    if let Some(result) = &snapshot.attribution {
-        push_owner(labels, result, uuid);
-    }
-}
-
-/// The owner labels of `uuid` from one result, `claim` last where DRA allocated it.
-fn push_owner(labels: &mut LabelSet, result: &AttributionResult, uuid: &str) -> bool {
-    let Some(owner) = result.owners.get(uuid) else { return false };
-    push_container(labels, owner, result.owner_claims.get(uuid).map(String::as_str));
-    true
-}
-
-fn push_container(labels: &mut LabelSet, owner: &ContainerRef, claim: Option<&str>) {
-    labels.push("namespace", owner.namespace.as_str());
-    labels.push("pod", owner.pod.as_str());
-    labels.push("container", owner.container.as_str());
-    if let Some(claim) = claim {
-        labels.push("claim", claim);
-    }
 }
 
 /// Renders the pod and attribution families. `gpu_labels` are without owner labels;
@@ -143,7 +119,7 @@ fn render_device_pod_info(
             }
             for instance in gpu.mig.iter().flat_map(|m| &m.instances) {
                 let mut l = labels.clone();
-                super::mig::push_mig_labels(&mut l, instance);
+                push_mig_labels(&mut l, instance);
                 if push_owner(&mut l, result, &instance.uuid) {
                     s.sample(&l, &[], 1.0);
                 }
@@ -190,7 +166,7 @@ mod tests {
     use super::super::{RenderContext, render};
     use super::*;
     use crate::exposition::Format;
-    use crate::snapshot::attribution::{MigRef, PodInfo, PodResourcesHealth, PodUsage, PodWatchHealth};
+    use crate::snapshot::attribution::{ContainerRef, MigRef, PodInfo, PodResourcesHealth, PodUsage, PodWatchHealth};
     use crate::snapshot::{GpuIdentity, GpuReadings, GpuSnapshot, GpuState};
 
     fn ctx() -> RenderContext {

@@ -113,21 +113,6 @@ pub fn builtin_catalog() -> &'static Catalog {
     BUILTIN.get_or_init(Catalog::builtin)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn named_objects_are_sorted_and_searchable() {
-        let o = Objects::names(["c", "a", "b", "a"].into_iter().map(Arc::from).collect());
-        let Objects::Names(v) = &o else { panic!("names") };
-        assert_eq!(v.iter().map(|s| &**s).collect::<Vec<_>>(), ["a", "b", "c"]);
-        assert!(o.contains("b") && !o.contains("d") && !o.contains(""));
-        assert!(Objects::All.contains("x"));
-        assert!(Objects::One("x".into()).contains("x") && !Objects::One("x".into()).contains("y"));
-    }
-}
-
 /// A discovery entry: `resource/metric`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Listed {
@@ -223,5 +208,20 @@ impl Sources {
         out.sort();
         out.dedup();
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_objects_are_sorted_and_searchable() {
+        let o = Objects::names(["c", "a", "b", "a"].into_iter().map(Arc::from).collect());
+        let Objects::Names(v) = &o else { panic!("names") };
+        assert_eq!(v.iter().map(|s| &**s).collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert!(o.contains("b") && !o.contains("d") && !o.contains(""));
+        assert!(Objects::All.contains("x"));
+        assert!(Objects::One("x".into()).contains("x") && !Objects::One("x".into()).contains("y"));
     }
 }
