@@ -199,7 +199,7 @@ pub struct Args {
     pub dcgm_host_label: crate::render::dcgm::HostLabel,
 
     #[command(flatten)]
-    pub health: crate::health::config::HealthArgs,
+    pub health: gpu_health_kube::config::HealthArgs,
     #[command(flatten)]
     pub attribution: crate::attribution::config::AttributionArgs,
 }

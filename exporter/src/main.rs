@@ -67,7 +67,7 @@ fn main() -> ExitCode {
 async fn run(
     args: Args,
     web_config: WebConfig,
-    health: gpu_exporter::health::config::HealthSettings,
+    health: gpu_health_kube::config::HealthSettings,
 ) -> anyhow::Result<()> {
     let context = RenderContext {
         node: args.node(),

@@ -123,7 +123,7 @@ fn rules_use_only_metrics_the_exporter_serves() {
 
 #[test]
 fn the_hardware_xid_alert_pages_on_exactly_the_codes_the_health_loop_acts_on() {
-    use gpu_exporter::health::xid::{DEFAULT_TABLE, XidClass};
+    use gpu_health::xid::{DEFAULT_TABLE, XidClass};
     // The alert never calls an application fault hardware, and misses no code the loop
     // holds a GPU for.
     let mut acted: Vec<u64> = DEFAULT_TABLE.iter().filter(|x| x.class != XidClass::Event).map(|x| x.code).collect();

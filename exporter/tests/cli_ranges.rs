@@ -16,7 +16,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-mod health_support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -24,7 +23,7 @@ use std::time::{Duration, Instant};
 use clap::{CommandFactory as _, Parser as _};
 use flag_ranges::table::{self, Row, row, run_to_exit};
 use gpu_exporter::config::Args;
-use health_support::{FakeApi, gpu_node};
+use test_support::fake_api::{FakeApi, gpu_node};
 
 const ROWS: &[Row] = &[
     row("collect-interval", "GPU_EXPORTER_COLLECT_INTERVAL", "100ms to 5m", ["100ms", "5m"], ["99ms", "5m1ms"]),

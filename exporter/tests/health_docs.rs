@@ -7,9 +7,9 @@ use std::path::Path;
 
 use clap::CommandFactory as _;
 use gpu_exporter::config::Args;
-use gpu_exporter::health::config::{BreakerSettings, Names};
 use gpu_exporter::health::metrics;
-use gpu_exporter::health::xid::{DEFAULT_TABLE, UNUSED_CODES};
+use gpu_health::names::{BreakerSettings, Names};
+use gpu_health::xid::{DEFAULT_TABLE, UNUSED_CODES};
 
 fn read(path: &str) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
@@ -100,7 +100,7 @@ fn the_deploy_files_allow_exactly_the_names_the_loop_writes() {
     assert!(policy.contains(&format!("'{}'", breaker.gpu_config_map())));
     assert!(rbac.contains(&format!("[\"{}\", \"{}\"]", breaker.config_map, breaker.gpu_config_map())), "{rbac}");
     assert!(rbac.contains("resources: [\"devicetaintrules\"]"));
-    for version in gpu_exporter::health::device_rules_api::RuleVersion::PREFERRED {
+    for version in gpu_health_kube::device_rules::RuleVersion::PREFERRED {
         assert!(
             policy.contains(&format!("\"{}\"", version.as_str())),
             "the policy does not match {}",

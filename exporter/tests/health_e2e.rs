@@ -5,15 +5,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-mod health_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{Exporter, sample, wait_for, write_scenario};
-use health_support::{Expect, FakeApi, gpu_node};
 use serde_json::{Value, json};
+use test_support::fake_api::{Expect, FakeApi, Request, gpu_node};
 
 const TAINT: &str = "gpu-telemetry.io/gpu-unhealthy";
 const CLAIM: &str = "gpu-telemetry.io/gpu-health";
@@ -95,7 +94,7 @@ fn condition(node: &Value) -> Option<String> {
         .map(|c| c["status"].as_str().unwrap_or("").to_string())
 }
 
-fn touches_scheduling(r: &health_support::Request) -> bool {
+fn touches_scheduling(r: &Request) -> bool {
     r.body.pointer("/spec/unschedulable").is_some() || r.body.pointer("/spec/taints").is_some()
 }
 

@@ -322,3 +322,112 @@ impl Breaker {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use test_support::fake_api::{FakeApi, gpu_node};
+
+    const NS: &str = "gpu-telemetry";
+    const MAP: &str = "gpu-health-breaker";
+
+    /// 20 GPU nodes: the breaker's default 10 % lets 2 be quarantined at once.
+    fn cluster() -> FakeApi {
+        let api = FakeApi::start();
+        for i in 1..=20 {
+            api.add_node(gpu_node(&format!("gpu-{i:02}")));
+        }
+        api
+    }
+
+    fn breaker(api: &FakeApi, node: &str) -> Breaker {
+        let mut config = kube::Config::new(api.url().parse().unwrap());
+        config.default_retry = false;
+        let client = kube::Client::try_from(config).unwrap();
+        let settings = crate::config::tests::settings(&[]);
+        let backoff = Backoff { attempts: 2, base: Duration::from_millis(1), max: Duration::from_millis(2) };
+        let ten_checks = Duration::from_secs(600);
+        Breaker::new(client, NS, settings.breaker, settings.names, node, backoff, Arc::new(|_, _| {}), ten_checks)
+    }
+
+    fn listings(api: &FakeApi) -> usize {
+        api.requests().iter().filter(|r| r.method == "GET" && r.path == "/api/v1/nodes").count()
+    }
+
+    fn places(api: &FakeApi, map: &str) -> Vec<String> {
+        let data = api.config_map(NS, map).map(|m| m["data"].clone()).unwrap_or_default();
+        data.as_object().map(|d| d.keys().cloned().collect()).unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn a_place_is_taken_on_a_fresh_listing_and_given_back() {
+        let api = cluster();
+        let b = breaker(&api, "gpu-01");
+        let d = b.acquire(SystemTime::now()).await.unwrap();
+        assert!(d.granted && d.holds, "{d:?}");
+        assert_eq!((d.quarantined, d.limit, d.fleet), (1, 2, 20));
+        assert_eq!(places(&api, MAP), ["gpu-01"]);
+        let put = api.writes().into_iter().find(|w| w.method == "PUT").unwrap();
+        assert!(put.body["metadata"]["resourceVersion"].is_string(), "the PUT carries the version read");
+        assert!(b.acquire(SystemTime::now()).await.unwrap().holds, "a node that holds a place is granted again");
+        b.release().await.unwrap();
+        assert!(places(&api, MAP).is_empty());
+        let writes = api.writes().len();
+        b.release().await.unwrap();
+        assert_eq!(api.writes().len(), writes, "nothing to give back, nothing written");
+    }
+
+    #[tokio::test]
+    async fn a_full_breaker_refuses_from_the_kept_listing_and_lists_again_before_a_place() {
+        let api = cluster();
+        let now = SystemTime::now();
+        let stamp = serde_json::json!(gpu_health::time::format(now));
+        api.put_config_map(NS, MAP, serde_json::json!({"gpu-02": stamp, "gpu-03": stamp}));
+        let b = breaker(&api, "gpu-01");
+        let d = b.acquire(now).await.unwrap();
+        assert!(!d.granted && !d.holds, "{d:?}");
+        assert_eq!((d.quarantined, d.limit), (2, 2));
+        assert_eq!(listings(&api), 1);
+        assert!(!b.acquire(now).await.unwrap().granted);
+        assert_eq!(listings(&api), 1, "a refusal may come from the kept listing");
+
+        api.put_config_map(NS, MAP, serde_json::json!({"gpu-02": stamp}));
+        let d = b.acquire(now).await.unwrap();
+        assert!(d.granted, "{d:?}");
+        assert_eq!(listings(&api), 2, "a place is only taken on a fresh listing");
+        assert_eq!(places(&api, MAP), ["gpu-01", "gpu-02"]);
+    }
+
+    #[tokio::test]
+    async fn a_conflict_on_the_put_reads_the_latest_version_and_tries_again() {
+        let api = cluster();
+        api.put_config_map(NS, MAP, serde_json::json!({}));
+        api.fail_next("PUT", &format!("/api/v1/namespaces/{NS}/configmaps/{MAP}"), 409, 1);
+        let b = breaker(&api, "gpu-01");
+        assert!(b.acquire(SystemTime::now()).await.unwrap().granted);
+        let reads: Vec<String> = api
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.ends_with(MAP))
+            .map(|r| r.query.clone())
+            .collect();
+        assert_eq!(reads.len(), 2, "{reads:?}");
+        assert!(reads[0].contains("resourceVersion=0"), "first from the cache: {reads:?}");
+        assert!(!reads[1].contains("resourceVersion=0"), "then the latest: {reads:?}");
+        assert_eq!(places(&api, MAP), ["gpu-01"]);
+    }
+
+    #[tokio::test]
+    async fn gpu_places_are_taken_together_and_given_back_but_those_kept() {
+        let api = cluster();
+        let b = breaker(&api, "gpu-01");
+        let wanted = ["GPU-1".to_string(), "GPU-2".to_string()];
+        let d = b.acquire_gpus(&wanted, 8, SystemTime::now()).await.unwrap();
+        assert!(d.granted && d.holds, "{d:?}");
+        let gpus = format!("{MAP}-gpus");
+        assert_eq!(places(&api, &gpus), ["gpu-01_GPU-1", "gpu-01_GPU-2"]);
+        assert!(places(&api, MAP).is_empty(), "GPU places are not node places");
+        b.release_gpus(&["GPU-2".to_string()]).await.unwrap();
+        assert_eq!(places(&api, &gpus), ["gpu-01_GPU-2"]);
+    }
+}

@@ -435,7 +435,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use clap::Parser;
 
@@ -449,6 +449,11 @@ mod tests {
         let mut argv = vec!["x"];
         argv.extend_from_slice(args);
         Cli::try_parse_from(argv).unwrap().health
+    }
+
+    /// The settings `args` give, for the crate's other unit tests.
+    pub(crate) fn settings(args: &[&str]) -> HealthSettings {
+        parse(args).settings().unwrap()
     }
 
     #[test]
@@ -525,7 +530,7 @@ mod tests {
         let s = a.settings().unwrap();
         assert_eq!(s.check_interval, Duration::from_secs(90));
         assert!(!s.auto_cordon);
-        assert_eq!(s.xids.class(31), crate::xid::XidClass::Quarantine);
+        assert_eq!(s.xids.class(31), gpu_health::xid::XidClass::Quarantine);
         assert_eq!(s.names.state_annotation, "example.com/gpu-health");
         assert_eq!(parse_seconds("45"), Ok(Duration::from_secs(45)));
         assert!(parse_seconds("soon").is_err());

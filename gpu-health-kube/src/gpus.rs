@@ -19,7 +19,8 @@ use gpu_health::view::BreakerView;
 
 use crate::breaker::BreakerError;
 use crate::device_rules::{RuleApiError, RuleVersion, Served};
-use crate::{Attempt, HealthLoop, Kube, Result};
+use crate::driver::{Attempt, HealthLoop, Kube};
+use crate::error::Result;
 
 impl HealthLoop {
     /// The version rules are written in, when the cluster serves one.
@@ -218,5 +219,112 @@ impl HealthLoop {
         kube.breaker.release_gpus(&owned).await?;
         self.gpu_places = Some(owned);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_health::device_rules::{Effect, Hold, desired_rule};
+    use gpu_health::observation::DraDevice;
+    use gpu_health::policy::HeldGpu;
+    use gpu_health::{fixtures, time};
+    use serde_json::json;
+    use test_support::fake_api::{FakeApi, gpu_node};
+
+    const NODE: &str = "gpu-01";
+    const GPUS: &str = "gpu-health-breaker-gpus";
+
+    fn start(api: &FakeApi) -> (HealthLoop, Kube) {
+        api.add_node(gpu_node(NODE));
+        let settings = crate::config::tests::settings(&["--health.namespace", "gpu-telemetry"]);
+        HealthLoop::for_test(settings, NODE, &api.url())
+    }
+
+    fn rule_lists(api: &FakeApi) -> usize {
+        api.requests().iter().filter(|r| r.method == "GET" && r.path.ends_with("/devicetaintrules")).count()
+    }
+
+    fn device(i: u32) -> DraDevice {
+        DraDevice { driver: "gpu.nvidia.com".into(), pool: NODE.into(), device: format!("gpu-{i}") }
+    }
+
+    /// GPU 3 held alone.
+    fn gpu_3_held() -> Verdict {
+        let reason = gpu_health::policy::Reason { gpu: Some(3), uuid: "GPU-3".into(), ..fixtures::xid79_reason() };
+        let held = HeldGpu {
+            index: 3,
+            uuid: "GPU-3".into(),
+            since: SystemTime::now(),
+            reasons: vec![reason.clone()],
+            devices: vec![device(3)],
+        };
+        Verdict { reasons: vec![reason], gpus: vec![held], ..fixtures::unhealthy(SystemTime::now()) }
+    }
+
+    #[tokio::test]
+    async fn without_device_taints_failed_gpus_are_held_with_their_node() {
+        let api = FakeApi::start();
+        let (mut l, kube) = start(&api);
+        assert!(l.restore_rules(&kube, &NodeView::default()).await, "the policy learnt something");
+        assert!(l.rules_restored);
+        assert_eq!(l.metrics.view().device_taints, "none");
+        assert_eq!(HealthLoop::rule_version(&kube), None);
+        let (rules, error) = l.rules_for(&kube, &NodeView::default(), &gpu_3_held(), false).await;
+        assert!(rules.is_none() && error.is_none());
+        assert_eq!(rule_lists(&api), 0, "nothing to list where nothing is served");
+    }
+
+    #[tokio::test]
+    async fn rules_are_listed_only_while_a_gpu_is_held_alone() {
+        let api = FakeApi::start();
+        api.serve_resource_api(&["v1"], &["v1"]);
+        let (mut l, kube) = start(&api);
+        let names = l.settings.names.clone();
+        let hold = Hold {
+            index: 3,
+            uuid: "GPU-3",
+            device: &device(3),
+            value: "Xid79",
+            effect: Effect::NoSchedule,
+            since: SystemTime::now(),
+        };
+        api.add_device_taint_rule(serde_json::to_value(desired_rule(&names, NODE, hold)).unwrap());
+        assert!(l.restore_rules(&kube, &NodeView::default()).await);
+        assert_eq!(l.metrics.view().device_taints, "v1");
+        assert_eq!(HealthLoop::rule_version(&kube), Some(RuleVersion::V1));
+        let listed = rule_lists(&api);
+
+        let whole_node = fixtures::unhealthy(SystemTime::now());
+        let (rules, error) = l.rules_for(&kube, &NodeView::default(), &whole_node, false).await;
+        assert_eq!((rules, error.is_none()), (Some(Vec::new()), true));
+        assert_eq!(rule_lists(&api), listed, "no GPU held alone, no listing");
+
+        let (rules, error) = l.rules_for(&kube, &NodeView::default(), &gpu_3_held(), true).await;
+        assert!(error.is_none());
+        let rules = rules.unwrap();
+        assert_eq!(rules.iter().map(|r| (r.gpu_index, r.value.as_str())).collect::<Vec<_>>(), [(3, "Xid79")]);
+        assert_eq!(rule_lists(&api), listed + 1);
+        let last = api.requests().into_iter().rev().find(|r| r.path.ends_with("/devicetaintrules")).unwrap();
+        assert!(!last.query.contains("resourceVersion=0"), "fresh when asked: {}", last.query);
+    }
+
+    #[tokio::test]
+    async fn gpu_places_no_rule_holds_are_given_back_once() {
+        let api = FakeApi::start();
+        api.serve_resource_api(&["v1"], &["v1"]);
+        let (mut l, kube) = start(&api);
+        assert!(l.restore_rules(&kube, &NodeView::default()).await);
+        let stamp = json!(time::format(SystemTime::now()));
+        let places = json!({"gpu-01_GPU-1": stamp, "gpu-01_GPU-2": stamp, "gpu-02_GPU-9": stamp});
+        api.put_config_map("gpu-telemetry", GPUS, places);
+        let plan = Plan { gpus_owned: vec!["GPU-2".into()], ..Plan::default() };
+        l.sync_gpu_places(&kube, &plan).await.unwrap();
+        let left = api.config_map("gpu-telemetry", GPUS).unwrap()["data"].clone();
+        let keys: Vec<&String> = left.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["gpu-01_GPU-2", "gpu-02_GPU-9"], "another node's places are not this node's to give");
+        let writes = api.writes().len();
+        l.sync_gpu_places(&kube, &plan).await.unwrap();
+        assert_eq!(api.writes().len(), writes, "the same places are not synced twice");
     }
 }

@@ -19,6 +19,8 @@
 
 pub mod breaker;
 pub mod device_rules;
+#[cfg(any(test, feature = "test-fixtures"))]
+pub mod fixtures;
 pub mod names;
 pub mod node_state;
 pub mod observation;

@@ -13,6 +13,7 @@ pub mod apiserver;
 pub mod attack;
 pub mod cluster;
 pub mod deploy;
+pub mod fake_api;
 pub mod kube_api;
 pub mod pki;
 pub mod simulated;

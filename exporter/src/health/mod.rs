@@ -2,10 +2,10 @@
 //! observation ([`observe`]), renders the loop's metric families ([`metrics`]), finds
 //! the Kubernetes API as `--kubernetes.api` says, and starts the loop.
 //!
-//! The loop itself lives in two crates: `gpu-health` (the pure core: signals,
-//! policy, plan, the breaker's decision, the XID table) and `gpu-health-kube` (the
-//! Kubernetes edge and the loop driver). Their modules are re-exported here under the
-//! names the exporter has always used.
+//! The loop itself lives in two crates, named directly wherever they are used:
+//! `gpu-health` (the pure core: signals, policy, plan, the breaker's decision, the XID
+//! table) and `gpu-health-kube` (the Kubernetes edge, the flags and the loop driver).
+//! Nothing of theirs is re-exported here.
 //!
 //! `--kubernetes.api` means the same here as for the pod watch: `off` and the process
 //! never builds a Kubernetes client, so the loop runs **report-only**; `auto` and it
@@ -18,15 +18,11 @@ pub mod observe;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use gpu_health_kube::{HealthHandle, config, start_with_config};
 use tokio::sync::watch;
 
 use crate::render::Section;
 use crate::snapshot::Snapshot;
-
-pub use gpu_health::{device_rules, names, node_state, observation, plan, policy, signals, time, xid};
-pub use gpu_health_kube::{
-    HealthHandle, actions, breaker, config, device_rules as device_rules_api, retry, start_with_config,
-};
 
 /// How the loop finds the Kubernetes API: `--kubernetes.api` and
 /// `--kubernetes.kubeconfig`, read the same way as for the pod watch.

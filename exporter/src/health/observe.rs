@@ -203,4 +203,71 @@ mod tests {
         let never_read = Snapshot { nvml: NvmlStatus::Up(DriverInfo::default()), ..Snapshot::default() };
         assert!(matches!(observe(&never_read).nvml, Nvml::Up { read: false, .. }));
     }
+
+    #[test]
+    fn dra_devices_are_those_attribution_published_for_each_gpu() {
+        use crate::snapshot::attribution::{AttributionResult, DraDeviceName};
+        let gpu = |index: u32, uuid: &str| GpuSnapshot {
+            index,
+            identity: GpuIdentity { uuid: uuid.into(), ..GpuIdentity::default() },
+            state: snapshot::GpuState::Ok,
+            ..GpuSnapshot::default()
+        };
+        let mut s = up(gpu(0, "GPU-a"));
+        s.gpus.push(gpu(1, "GPU-b"));
+        assert!(observe(&s).gpus.iter().all(|g| g.dra_devices.is_empty()), "no attribution, no DRA devices");
+        let name =
+            |device: &str| DraDeviceName { driver: "gpu.nvidia.com".into(), pool: "n1".into(), device: device.into() };
+        let mut attribution = AttributionResult::default();
+        attribution.dra_devices.insert("GPU-a".into(), vec![name("gpu-0"), name("gpu-0-mig-1")]);
+        s.attribution = Some(attribution);
+        let o = observe(&s);
+        let want =
+            |device: &str| DraDevice { driver: "gpu.nvidia.com".into(), pool: "n1".into(), device: device.into() };
+        assert_eq!(o.gpus[0].dra_devices, [want("gpu-0"), want("gpu-0-mig-1")]);
+        assert!(o.gpus[1].dra_devices.is_empty(), "a GPU no slice names is handed out by a device plugin");
+    }
+
+    #[test]
+    fn remapped_rows_slowdown_and_the_other_states_are_copied() {
+        let readings = snapshot::GpuReadings {
+            remapped_rows: Some(snapshot::RemappedRows {
+                correctable: 3,
+                uncorrectable: 1,
+                pending: false,
+                failed: true,
+            }),
+            temperature_slowdown_celsius: Some(87),
+            ..snapshot::GpuReadings::default()
+        };
+        let g = GpuSnapshot { state: snapshot::GpuState::Ok, readings: Some(readings), ..GpuSnapshot::default() };
+        let mut s = up(g);
+        s.generation = 42;
+        let o = observe(&s);
+        assert_eq!(o.generation, 42);
+        assert_eq!(o.gpus[0].remapped_rows, Some(RemappedRows { failed: true, pending: false }));
+        assert_eq!(o.gpus[0].temperature_slowdown_celsius, Some(87));
+        assert_eq!(
+            (o.gpus[0].ecc, o.gpus[0].retired_pages, o.gpus[0].recovery),
+            (None, None, None),
+            "absent, not zero"
+        );
+        assert_eq!(Source::observe(&s), o, "the loop's source is this mapping");
+
+        let failed =
+            GpuSnapshot { state: snapshot::GpuState::Failed { error: "Unknown".into() }, ..GpuSnapshot::default() };
+        assert_eq!(observe(&up(failed)).gpus[0].state, GpuState::Failed { error: "Unknown".into() });
+        assert_eq!(observe(&up(GpuSnapshot::default())).gpus[0].state, GpuState::Unknown);
+    }
+
+    #[test]
+    fn a_driver_that_is_not_loaded_is_a_failure() {
+        let s = Snapshot {
+            nvml: NvmlStatus::Down { error: NvmlDownReason::DriverNotLoaded, message: "no driver".into() },
+            ..Snapshot::default()
+        };
+        assert!(
+            matches!(observe(&s).nvml, Nvml::Failed(why) if why.contains("driver_not_loaded") && why.contains("no driver"))
+        );
+    }
 }

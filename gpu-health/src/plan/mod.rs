@@ -788,28 +788,11 @@ mod tests {
     }
 
     fn sick() -> Verdict {
-        Verdict {
-            health: Health::Unhealthy,
-            since: Some(now()),
-            reasons: vec![Reason {
-                gpu: Some(0),
-                uuid: "GPU-a".into(),
-                code: "Xid79".into(),
-                detail: "XID 79: GPU has fallen off the bus".into(),
-                needs: Needs::Reset,
-                first_seen: None,
-            }],
-            latches: vec![],
-            pending: vec![],
-            notes: vec![],
-            changed: true,
-            gpus: vec![],
-            node_scope: None,
-        }
+        crate::fixtures::unhealthy(now())
     }
 
     fn well() -> Verdict {
-        Verdict { health: Health::Healthy, since: None, reasons: vec![], ..sick() }
+        crate::fixtures::healthy()
     }
 
     fn node() -> NodeView {

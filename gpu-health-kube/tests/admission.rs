@@ -5,22 +5,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod health_support;
+mod support;
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::SystemTime;
 
 use cel_interpreter::{Context, Program, Value as Cel};
-use gpu_exporter::health::config::Names;
-use gpu_exporter::health::device_rules::{Effect, read_rule};
-use gpu_exporter::health::node_state::NodeView;
-use gpu_exporter::health::observation::DraDevice;
-use gpu_exporter::health::plan::{Devices, Mode, Permit, RuleWrite, plan, plan_with};
-use gpu_exporter::health::policy::{Health, HeldGpu, Needs, Reason, Verdict};
-use health_support::{apply_node_patch, gpu_node};
+use gpu_health::device_rules::{Effect, read_rule};
+use gpu_health::fixtures;
+use gpu_health::names::Names;
+use gpu_health::node_state::NodeView;
+use gpu_health::observation::DraDevice;
+use gpu_health::plan::{Devices, Mode, Permit, RuleWrite, plan, plan_with};
+use gpu_health::policy::{HeldGpu, Reason, Verdict};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
+use test_support::fake_api::{apply_node_patch, gpu_node};
 
 const EXPORTER: &str = "system:serviceaccount:gpu-telemetry:gpu-exporter";
 
@@ -131,28 +132,11 @@ fn names() -> Names {
 }
 
 fn sick() -> Verdict {
-    Verdict {
-        health: Health::Unhealthy,
-        since: Some(SystemTime::now()),
-        reasons: vec![Reason {
-            gpu: Some(0),
-            uuid: "GPU-a".into(),
-            code: "Xid79".into(),
-            detail: "XID 79".into(),
-            needs: Needs::Reset,
-            first_seen: None,
-        }],
-        latches: vec![],
-        pending: vec![],
-        notes: vec![],
-        changed: true,
-        gpus: vec![],
-        node_scope: None,
-    }
+    fixtures::unhealthy(SystemTime::now())
 }
 
 fn well() -> Verdict {
-    Verdict { health: Health::Healthy, since: None, reasons: vec![], ..sick() }
+    fixtures::healthy()
 }
 
 fn view(node: &Value) -> NodeView {

@@ -1,19 +1,18 @@
-//! The health loop against the in-test API server, driven by snapshots the test
+//! The health loop against the in-test API server, driven by observations the test
 //! publishes: every write is checked for method, path, content type and body, in
 //! order, with 409, 429 and 5xx answers scripted in between.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod health_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use gpu_exporter::health::policy::Health;
-use gpu_exporter::snapshot::{EccCounts, GpuSnapshot, GpuState};
-use health_support::in_process::{Loop, NS, settings, snapshot, xid79};
-use health_support::{Expect, FakeApi, gpu_node};
+use gpu_health::policy::Health;
 use serde_json::{Value, json};
+use support::{Loop, NS, lost, settings, snapshot, uncorrected, xid79};
+use test_support::fake_api::{Expect, FakeApi, gpu_node};
 
 const CM: &str = "/api/v1/namespaces/gpu-telemetry/configmaps";
 const EVENTS: &str = "/api/v1/namespaces/default/events";
@@ -40,11 +39,6 @@ fn has_our_taint(body: &Value) -> bool {
     body.pointer("/spec/taints")
         .and_then(Value::as_array)
         .is_some_and(|t| t.iter().any(|t| t["key"] == TAINT && t["value"] == "Xid79" && t["effect"] == "NoSchedule"))
-}
-
-#[test]
-fn the_test_api_server_merges_like_the_real_one() {
-    health_support::self_check();
 }
 
 #[test]
@@ -147,7 +141,7 @@ fn quarantine_and_recovery_write_exactly_the_scripted_requests() {
     ));
     l.publish(snapshot(3, |g| {
         xid79(g);
-        g.state = GpuState::Lost { since: SystemTime::now() };
+        lost(g);
     }));
     api.finish(Duration::from_secs(10));
 
@@ -243,14 +237,7 @@ fn an_unreachable_api_server_delays_the_action_but_neither_loses_nor_repeats_it(
 fn an_admin_who_lifts_or_takes_over_the_cordon_is_not_fought() {
     let api = FakeApi::start();
     fleet(&api, 20);
-    let ecc = |n: u64| {
-        move |g: &mut GpuSnapshot| {
-            if let Some(r) = g.readings.as_mut() {
-                r.ecc = Some(EccCounts { uncorrected_volatile: n, ..EccCounts::default() });
-            }
-        }
-    };
-    let l = Loop::start("gpu-01", settings(&[]), &api.url(), snapshot(1, ecc(1)));
+    let l = Loop::start("gpu-01", settings(&[]), &api.url(), snapshot(1, uncorrected(1)));
     l.wait("quarantine", Duration::from_secs(10), |v| v.quarantined);
 
     // The admin uncordons: the loop lets go of its cordon and does not cordon again.
@@ -270,7 +257,7 @@ fn an_admin_who_lifts_or_takes_over_the_cordon_is_not_fought() {
     // only the loop's taint goes.
     api.patch_node_as("gpu-01", "kubectl-cordon", json!({"spec": {"unschedulable": true}}));
     let before = api.writes().len();
-    l.publish(snapshot(2, ecc(0)));
+    l.publish(snapshot(2, uncorrected(0)));
     l.wait("recovery", Duration::from_secs(10), |v| v.health == Health::Healthy && !v.quarantined);
     std::thread::sleep(Duration::from_millis(300));
     let n = api.node("gpu-01");
@@ -305,7 +292,7 @@ fn an_operator_reset_acknowledgement_releases_a_reset_the_loop_could_not_see() {
     l.wait("more checks", Duration::from_secs(5), |v| v.checks.values().sum::<u64>() >= checks + 3);
     assert!(l.view().quarantined, "no evidence of a reset: the quarantine holds");
 
-    let reset_at = gpu_exporter::health::time::format(SystemTime::now() + Duration::from_secs(1));
+    let reset_at = gpu_health::time::format(SystemTime::now() + Duration::from_secs(1));
     api.patch_node_as(
         "gpu-01",
         "kubectl-annotate",
@@ -323,8 +310,8 @@ fn an_operator_reset_acknowledgement_releases_a_reset_the_loop_could_not_see() {
 
 #[test]
 fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
-    use gpu_exporter::health::node_state::{Applied, Claim, Found, GpuClaim, Overridden, QuarantineState};
-    use gpu_exporter::health::policy::{Latch, Needs, Reason};
+    use gpu_health::node_state::{Applied, Claim, Found, GpuClaim, Overridden, QuarantineState};
+    use gpu_health::policy::{Latch, Needs, Reason};
 
     let api = FakeApi::start();
     fleet(&api, 20);
@@ -449,7 +436,6 @@ fn wait_for_primary(api: &FakeApi, node: &str, code: &str) {
 
 #[test]
 fn taint_condition_and_events_agree_on_the_primary_reason_as_reasons_join() {
-    use health_support::in_process::lost;
     // XID 79, then the GPU is lost: Xid79 needs a reset and stays primary everywhere.
     let api = FakeApi::start();
     fleet(&api, 20);

@@ -4,23 +4,23 @@
 //! `docs/health.md` quotes:
 //!
 //! ```sh
-//! cargo test -p gpu-exporter --test health_load -- --nocapture
+//! cargo test -p gpu-health-kube --test load -- --nocapture
 //! ```
 //!
 //! Request counts are asserted; times are not.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod health_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use gpu_exporter::health::node_state::{Applied, Claim, Found, Overridden, QuarantineState};
-use gpu_exporter::health::policy::{Health, Needs, Reason};
-use health_support::in_process::{Loop, NS, node_snapshot, settings, snapshot, xid79};
-use health_support::{FakeApi, Request, gpu_node};
+use gpu_health::node_state::{Applied, Claim, Found, Overridden, QuarantineState};
+use gpu_health::policy::{Health, Needs, Reason};
 use serde_json::{Value, json};
+use support::{Loop, NS, node_snapshot, settings, snapshot, xid79};
+use test_support::fake_api::{FakeApi, Request, gpu_node};
 
 /// GPU nodes in the cluster.
 const FLEET: usize = 1000;

@@ -1,23 +1,22 @@
 //! Per-GPU quarantine against the in-test API server: the health loop driven by
-//! snapshots of 8-GPU nodes, on DRA nodes (each GPU published as a DRA device, the
+//! observations of 8-GPU nodes, on DRA nodes (each GPU published as a DRA device, the
 //! cluster serving DeviceTaintRules) and on device-plugin nodes. Every write is checked
 //! for method, path and body where the order matters (scripted), or by the objects as
 //! they end up.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod health_support;
+mod support;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use gpu_exporter::health::device_rules::{Effect, Hold, desired_rule, rule_name};
-use gpu_exporter::health::names::Names;
-use gpu_exporter::health::observation::DraDevice;
-use gpu_exporter::health::policy::Health;
-use gpu_exporter::snapshot::GpuState;
-use health_support::in_process::{DRIVER, Loop, NS, device, node_snapshot, settings, uuid, xid79};
-use health_support::{Expect, FakeApi, MERGE, gpu_node};
+use gpu_health::device_rules::{Effect, Hold, desired_rule, rule_name};
+use gpu_health::names::Names;
+use gpu_health::observation::DraDevice;
+use gpu_health::policy::Health;
 use serde_json::{Value, json};
+use support::{Cycle, DRIVER, Loop, NS, device, lost, node_snapshot, settings, uuid, xid, xid79};
+use test_support::fake_api::{Expect, FakeApi, MERGE, gpu_node};
 
 const NODE: &str = "gpu-01";
 const CM: &str = "/api/v1/namespaces/gpu-telemetry/configmaps";
@@ -46,7 +45,7 @@ fn cluster(n: usize, versions: &[&str]) -> FakeApi {
 }
 
 /// 8 GPUs of `node`, on a DRA node or not, the GPUs in `xid` with XID 79.
-fn eight(node: &str, generation: u64, dra: bool, xid: &[u32]) -> std::sync::Arc<gpu_exporter::snapshot::Snapshot> {
+fn eight(node: &str, generation: u64, dra: bool, xid: &[u32]) -> std::sync::Arc<Cycle> {
     let xid = xid.to_vec();
     node_snapshot(node, generation, 8, dra, move |i, g| {
         if xid.contains(&i) {
@@ -152,7 +151,7 @@ fn xid_79_on_one_gpu_of_eight_on_a_dra_node_is_one_device_taint_and_no_cordon_an
     l.publish(node_snapshot(NODE, 3, 8, true, |i, g| {
         if i == 3 {
             xid79(g);
-            g.state = GpuState::Lost { since: SystemTime::now() };
+            lost(g);
         }
     }));
     api.finish(Duration::from_secs(10));
@@ -257,7 +256,7 @@ fn an_admins_device_taint_rules_are_left_alone() {
     l.publish(node_snapshot(NODE, 3, 8, true, |i, g| {
         if i == 3 {
             xid79(g);
-            g.state = GpuState::Lost { since: SystemTime::now() };
+            lost(g);
         }
     }));
     l.wait_checks(1);
@@ -467,7 +466,7 @@ fn a_v1beta2_cluster_gets_v1beta2_rules_and_no_execute_when_asked() {
     l.publish(node_snapshot(NODE, 2, 8, true, |i, g| {
         if i == 3 {
             xid79(g);
-            g.xids.insert(151, gpu_exporter::snapshot::XidRecord { count: 1, last_seen: SystemTime::now() });
+            xid(151)(g);
         }
     }));
     wait_until("the rule follows the primary reason", Duration::from_secs(10), || {
