@@ -19,11 +19,16 @@ use tokio::time::Instant;
 
 use crate::api::gather::{self, Exporters, Plan, PodScope};
 use crate::api::objects::{self, PricesFrom};
+use crate::api::prometheus::{Prometheus, PrometheusError};
 use crate::api::scrape::ScrapeOptions;
 use crate::api::{ApiError, metrics};
-use crate::cli::{Cli, CliError, Command, Global, Source};
+use crate::cli::{Cli, CliError, Command, Global, Rightsize, Source};
 use crate::output::{self, Format, OutputError};
 use crate::prices::PriceTable;
+use crate::rightsize::history::{self, History, Source as Source_};
+use crate::rightsize::plan::NodeGpus;
+use crate::rightsize::recommend::Rules;
+use crate::rightsize::workload::{PodFacts, pod_facts};
 use crate::sanitize;
 use crate::table::TableError;
 use crate::terminal::{self, Terminal};
@@ -42,6 +47,8 @@ pub enum AppError {
     Api(#[from] ApiError),
     #[error(transparent)]
     Output(#[from] OutputError),
+    #[error(transparent)]
+    Prometheus(#[from] PrometheusError),
     #[error("the API server did not answer within --timeout {0}")]
     Timeout(String),
     #[error("writing the output: {0}")]
@@ -95,6 +102,15 @@ fn empty_report(cli: &Cli) -> Result<Report> {
             views::pods::report(&fleet, &empty, &Scope { namespace, listed_only: false })
         }
         Command::Cost { by } => views::cost::report(&fleet, &table, 10.0, *by, &Scope::default()),
+        Command::Rightsize(r) => views::rightsize::report(&views::rightsize::Input {
+            observations: &[],
+            prices: &table,
+            rules: Rules::with_headroom_percent(r.headroom).unwrap_or_default(),
+            source: Source_::Raw,
+            prometheus: "",
+            window_seconds: r.window.as_secs_f64(),
+            plan: None,
+        }),
     })
 }
 
@@ -105,6 +121,14 @@ pub fn check(cli: &Cli) -> Result<()> {
         && cli.global.all_namespaces
     {
         return Err(CliError::MetricsAllNamespaces.into());
+    }
+    if let Command::Rightsize(r) = &cli.command {
+        if let Some(s) = &r.prometheus_service {
+            crate::api::prometheus::parse_service(s).map_err(|e| CliError::Flag(e.to_string()))?;
+        }
+        if let Some(u) = &r.prometheus_url {
+            Prometheus::url(u).map_err(|e| CliError::Flag(e.to_string()))?;
+        }
     }
     if let Some(by) = &cli.global.sort_by {
         empty_report(cli)?.table.column(by.trim_start_matches('-'))?;
@@ -229,12 +253,99 @@ impl<'a> Run<'a> {
         Ok(report)
     }
 
+    /// `rightsize`: the window from Prometheus, or, without one, a labelled snapshot.
+    async fn rightsize(&self, args: &Rightsize) -> Result<Report> {
+        let prometheus = match (&args.prometheus_service, &args.prometheus_url) {
+            (Some(s), _) => Prometheus::service(self.client, s)?,
+            (None, Some(u)) => Prometheus::url(u)?,
+            (None, None) => {
+                let pods = self.pods(Source::Exporters).await?;
+                return Ok(views::rightsize::snapshot(pods, "no Prometheus was given"));
+            }
+        };
+        let scope = pods_scope(self.global, self.client);
+        let ns = scope.namespace.as_deref();
+        let window = args.window.as_secs_f64();
+        let rules = Rules::with_headroom_percent(args.headroom).map_err(|e| CliError::Flag(e.to_string()))?;
+        let coverage_query = history::recorded_coverage_query(ns, window);
+        let (listed, nodes, prices, coverage) = futures::join!(
+            objects::pods(self.client, ns, self.global.selector.as_deref()),
+            objects::nodes(self.client, None),
+            self.prices(),
+            prometheus.query(&coverage_query, self.now),
+        );
+        let (listed, nodes, (table, mut warnings)) = (listed?, nodes?, prices?);
+        let coverage = match coverage {
+            Ok(c) => c,
+            Err(e) => {
+                let pods = self.pods(Source::Exporters).await?;
+                let why = format!("{} could not be read ({e})", prometheus.name);
+                return Ok(views::rightsize::snapshot(pods, &why));
+            }
+        };
+        let recorded_from = coverage.iter().map(|(_, v)| *v).reduce(f64::min);
+        let source =
+            if history::recorded_covers(recorded_from, self.now, window) { Source_::Recorded } else { Source_::Raw };
+        let queries = history::queries(ns, window, source);
+        let answers = futures::future::try_join_all(queries.iter().map(|(figure, q)| {
+            let prometheus = prometheus.clone();
+            async move { prometheus.query(q, self.now).await.map(|samples| (*figure, samples)) }
+        }))
+        .await?;
+        let mut history = History { source: Some(source), ..History::default() };
+        for (figure, samples) in answers {
+            history.add(figure, samples);
+        }
+        if !history.pods.values().any(|p| !p.devices.is_empty()) {
+            warnings.push(format!(
+                "{} has no gpu_pod_memory_used_bytes series in the window for this scope: is it scraping the exporters?",
+                prometheus.name
+            ));
+        }
+        if history.pods.values().all(|p| p.restarts.is_none()) {
+            warnings.push(
+                "no kube-state-metrics series in the window: restarts and OOM kills are the pods' status (since each pod started)".into(),
+            );
+        }
+        let pods: Vec<PodFacts> = listed.iter().map(pod_facts).filter(PodFacts::may_hold_gpus).collect();
+        let infos: Vec<_> = nodes.iter().map(|n| crate::cluster::node_info(n, &self.names)).collect();
+        let mut node_models = std::collections::BTreeMap::new();
+        let mut gpus = Vec::new();
+        for info in &infos {
+            let Some(product) = info.labels.get("nvidia.com/gpu.product") else { continue };
+            let model = history::label_model(product);
+            let count: u32 = info.labels.get("nvidia.com/gpu.count").and_then(|c| c.parse().ok()).unwrap_or(0);
+            gpus.push(NodeGpus { node: info.name.clone(), model: model.clone(), indices: (0..count).collect() });
+            node_models.insert(info.name.clone(), model);
+        }
+        let observations = history::observe(&pods, &history, &node_models, self.now, window);
+        if args.plan && scope.namespace.is_some() {
+            warnings.push(
+                "--plan places only the pods in scope on each node; run it with -A for a plan that holds every pod"
+                    .into(),
+            );
+        }
+        let mut report = views::rightsize::report(&views::rightsize::Input {
+            observations: &observations,
+            prices: &table,
+            rules,
+            source,
+            prometheus: &prometheus.name,
+            window_seconds: window,
+            plan: args.plan.then_some(gpus.as_slice()),
+        });
+        warnings.append(&mut report.warnings);
+        report.warnings = warnings;
+        Ok(report)
+    }
+
     async fn report(&self, command: &Command) -> Result<Report> {
         let mut report = match command {
             Command::Nodes => self.nodes().await?,
             Command::Gpus { node } => self.gpus(node.as_deref()).await?,
             Command::Pods { source } => self.pods(*source).await?,
             Command::Cost { by } => self.cost(*by).await?,
+            Command::Rightsize(r) => self.rightsize(r).await?,
         };
         if let Some(by) = &self.global.sort_by {
             report.sort(by)?;
@@ -263,6 +374,7 @@ fn command_line(cli: &Cli) -> String {
         Command::Gpus { node } => node.as_ref().map_or_else(|| "gpus".into(), |n| format!("gpus {n}")),
         Command::Pods { .. } => "pods".into(),
         Command::Cost { by } => format!("cost --by {}", format!("{by:?}").to_lowercase()),
+        Command::Rightsize(_) => "rightsize".into(),
     }
 }
 

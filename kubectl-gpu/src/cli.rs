@@ -8,7 +8,7 @@
 //! Scope: `nodes` and `gpus` are about nodes (cluster-scoped; `-l` selects nodes, `-n`
 //! does not apply). `pods` lists the current namespace (the context's, as `kubectl get
 //! pods`), `-n` another, `-A` all; `-l` selects pods. `cost` covers the whole cluster
-//! unless `-n` narrows it; `-l` selects pods.
+//! unless `-n` narrows it; `-l` selects pods. `rightsize` is scoped as `pods`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -60,6 +60,57 @@ pub enum Command {
         #[arg(long, value_enum, default_value = "namespace")]
         by: GroupBy,
     },
+    /// Per workload: peak and p95 GPU memory and p95 compute over a window, the smallest
+    /// device that holds them (a MIG profile, a time-slice share, or keep) and the dollars
+    /// that frees; --plan adds the MIG layout per node and its mig-parted config.
+    Rightsize(Rightsize),
+}
+
+/// `rightsize`'s flags.
+#[derive(Debug, Clone, Args)]
+pub struct Rightsize {
+    /// The window of history, 1h to 90d (`d` is 24h, as in PromQL).
+    #[arg(
+        long, env = "KUBECTL_GPU_WINDOW", default_value = "7d",
+        value_parser = Bounded::duration(parse_window, Duration::from_secs(3600), Duration::from_secs(90 * 86_400))
+    )]
+    pub window: Duration,
+
+    /// Memory above the observed peak a device must hold, in percent, 0 to 1000.
+    #[arg(long, env = "KUBECTL_GPU_HEADROOM", default_value = "20", value_parser = Bounded::number(0.0f64, 1000.0))]
+    pub headroom: f64,
+
+    /// Also print, per node, the MIG layout that holds the recommendations, and its
+    /// mig-parted config (changes nothing in the cluster).
+    #[arg(long)]
+    pub plan: bool,
+
+    /// The Prometheus-compatible API's Service, NAMESPACE/NAME:PORT, read through the
+    /// API server's services proxy (needs get on services/proxy there).
+    #[arg(long = "prometheus-service", env = "KUBECTL_GPU_PROMETHEUS_SERVICE", value_name = "NAMESPACE/NAME:PORT")]
+    pub prometheus_service: Option<String>,
+
+    /// The Prometheus-compatible API at a URL of its own (http(s)://HOST:PORT[/PATH]).
+    #[arg(
+        long = "prometheus-url",
+        env = "KUBECTL_GPU_PROMETHEUS_URL",
+        value_name = "URL",
+        conflicts_with = "prometheus_service"
+    )]
+    pub prometheus_url: Option<String>,
+}
+
+/// A window: the project's duration syntax, plus PromQL's `d` (24h) and `w` (7d) for
+/// the windows Prometheus users write (`7d`, `2w`). Anything else is
+/// [`parse_duration`]'s to refuse.
+pub fn parse_window(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    for (unit, hours) in [('d', 24u64), ('w', 168)] {
+        if let Some(n) = t.strip_suffix(unit).and_then(|n| n.parse::<u64>().ok()) {
+            return parse_duration(&format!("{}h", n.saturating_mul(hours)));
+        }
+    }
+    parse_duration(t)
 }
 
 /// Where `pods` reads per-pod figures.
@@ -237,6 +288,10 @@ pub enum CliError {
     Price(#[from] crate::prices::PriceError),
     #[error("--source custom-metrics reads one namespace: give -n (or none, for the context's), not -A")]
     MetricsAllNamespaces,
+    /// A flag's value refused by the module that reads it (`--prometheus-service`,
+    /// `--prometheus-url`, `--headroom`), in its words.
+    #[error("{0}")]
+    Flag(String),
 }
 
 impl Global {
@@ -324,5 +379,24 @@ mod tests {
         );
         let cli = parse(&["cost", "--price", "H100"]).unwrap();
         assert!(cli.global.validate().unwrap_err().to_string().starts_with("--price \"H100\": expected NAME=DOLLARS"));
+    }
+
+    #[test]
+    fn rightsize_takes_a_window_a_headroom_and_one_prometheus() {
+        let cli = parse(&["rightsize", "-A", "--prometheus-service", "monitoring/prometheus:9090", "--plan"]).unwrap();
+        let Command::Rightsize(r) = &cli.command else { panic!("{:?}", cli.command) };
+        assert_eq!((r.window, r.headroom, r.plan), (Duration::from_secs(7 * 86_400), 20.0, true));
+        let cli = parse(&["rightsize", "--window", "36h", "--headroom", "0"]).unwrap();
+        let Command::Rightsize(r) = &cli.command else { panic!() };
+        assert_eq!((r.window, r.headroom), (Duration::from_secs(36 * 3600), 0.0));
+        assert_eq!(parse_window("2w"), Ok(Duration::from_secs(14 * 86_400)));
+        let e = parse(&["rightsize", "--window", "30m"]).unwrap_err().to_string();
+        assert!(e.contains("30m is outside the valid range 1h to"), "{e}");
+        let e = parse(&["rightsize", "--window", "7x"]).unwrap_err().to_string();
+        assert!(e.contains("unknown unit \"x\""), "{e}");
+        let e = parse(&["rightsize", "--headroom=-5"]).unwrap_err().to_string();
+        assert!(e.contains("--headroom"), "{e}");
+        let e = parse(&["rightsize", "--prometheus-service", "a/b:1", "--prometheus-url", "http://x"]).unwrap_err();
+        assert!(e.to_string().contains("cannot be used with"), "{e}");
     }
 }

@@ -25,7 +25,7 @@ pub enum OutputError {
 pub type Result<T, E = OutputError> = std::result::Result<T, E>;
 
 /// The text of `report` in `format` (`None`: the plain table). `summary` lines follow a
-/// table (the cost summary).
+/// table (the cost summary), then the report's trailer (the node plan).
 pub fn render(report: &Report, format: Option<Format>, colour: bool) -> Result<String> {
     match format {
         None | Some(Format::Wide) => {
@@ -37,6 +37,10 @@ pub fn render(report: &Report, format: Option<Format>, colour: bool) -> Result<S
                 text.push('\n');
                 text.push_str(&crate::sanitize::lines(summary));
                 text.push('\n');
+            }
+            if !report.trailer.is_empty() {
+                text.push('\n');
+                text.push_str(&crate::sanitize::lines(&report.trailer));
             }
             Ok(text)
         }

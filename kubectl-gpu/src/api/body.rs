@@ -36,7 +36,7 @@ pub enum BodyError {
 
 /// The kube error for an error answer, as kube builds it from the whole body: the
 /// `Status` it carries, or its text.
-fn api_error(code: u16, body: &[u8]) -> kube::Error {
+pub(crate) fn api_error(code: u16, body: &[u8]) -> kube::Error {
     if let Ok(mut status) = serde_json::from_slice::<kube::core::Status>(body) {
         if status.code == 0 {
             status.code = code;

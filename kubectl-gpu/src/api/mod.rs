@@ -1,9 +1,10 @@
 //! The API-server edge: the client (kubeconfig, `--context`, in-cluster), the reads of
 //! nodes, pods and the prices ConfigMap ([`objects`]), the exporters' pages through the
 //! pods `proxy` subresource with bounded concurrency and deadlines ([`scrape`]), the
-//! custom metrics API ([`metrics`]), and [`gather`], which puts one run's view of the
-//! cluster together. Nothing is read any other way: RBAC applies to every read and no
-//! port-forward is needed.
+//! custom metrics API ([`metrics`]), a Prometheus through the services `proxy`
+//! subresource or at a URL ([`prometheus`]), and [`gather`], which puts one run's view of the
+//! cluster together. Nothing is read any other way (but a Prometheus the user names by
+//! `--prometheus-url`): RBAC applies to every read and no port-forward is needed.
 //!
 //! kube's own retry of 429/503/504 is off: a `pods/proxy` read of an exporter that is
 //! down answers 503, and retrying it would only spend the deadline; a list that fails
@@ -13,6 +14,7 @@ pub mod body;
 pub mod gather;
 pub mod metrics;
 pub mod objects;
+pub mod prometheus;
 pub mod scrape;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};

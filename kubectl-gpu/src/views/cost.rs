@@ -265,5 +265,5 @@ pub fn report(fleet: &Fleet, prices: &PriceTable, idle_below_percent: f64, by: G
     );
     let line = if narrowed { narrowed_summary(&r, scope) } else { summary(&r, read_nodes) };
     extra.insert("summary".into(), json!(line));
-    Report { kind: "GPUCostList", table, items, extra, warnings }
+    Report { kind: "GPUCostList", table, items, extra, warnings, ..Report::default() }
 }

@@ -12,6 +12,7 @@ pub mod gpus;
 pub mod health;
 pub mod nodes;
 pub mod pods;
+pub mod rightsize;
 
 use serde_json::{Map, Value, json};
 
@@ -29,6 +30,9 @@ pub struct Report {
     /// More top-level fields of the JSON document (totals, unpriced models, ...).
     pub extra: Map<String, Value>,
     pub warnings: Vec<String>,
+    /// Text a table is followed by, not part of the JSON document (the node plan of
+    /// `rightsize --plan`, which the document carries as data).
+    pub trailer: String,
 }
 
 impl Report {

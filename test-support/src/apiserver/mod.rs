@@ -6,6 +6,9 @@
 //! - the pods `proxy` subresource (`/api/v1/namespaces/{ns}/pods/[https:]{pod}[:port]/proxy/...`)
 //!   forwarded to a [`Backend`]: a real exporter process on a simulated node, its captured
 //!   page, or a fault; answered 503 as kube-apiserver does when the pod cannot be reached;
+//! - the services `proxy` subresource (`/api/v1/namespaces/{ns}/services/[https:]{name}[:port]/proxy/...`)
+//!   forwarded to a [`Backend`] registered for the Service (a Prometheus, say); 503 when
+//!   none is;
 //! - aggregated APIs (`/apis/custom.metrics.k8s.io/...`) forwarded to a backend, e.g. the
 //!   real metrics adapter with a client certificate, as the aggregator forwards;
 //! - bearer-token users, each allowed everything or what RBAC manifests grant
@@ -62,6 +65,7 @@ pub(crate) struct State {
     pub pods: BTreeMap<(String, String), Pod>,
     pub config_maps: BTreeMap<(String, String), ConfigMap>,
     pub proxies: BTreeMap<(String, String), Backend>,
+    pub services: BTreeMap<(String, String), Backend>,
     pub aggregated: BTreeMap<String, Backend>,
     pub users: BTreeMap<String, User>,
     pub requests: Vec<Recorded>,
@@ -125,6 +129,11 @@ impl ApiServer {
     /// What answers `pods/proxy` of pod `namespace/name`.
     pub fn proxy(&self, namespace: &str, name: &str, backend: Backend) {
         self.state().proxies.insert((namespace.into(), name.into()), backend);
+    }
+
+    /// What answers `services/proxy` of Service `namespace/name` (any port).
+    pub fn service_proxy(&self, namespace: &str, name: &str, backend: Backend) {
+        self.state().services.insert((namespace.into(), name.into()), backend);
     }
 
     /// What answers the aggregated API `group` (`custom.metrics.k8s.io`).

@@ -46,6 +46,7 @@ pub(super) fn router(server: ApiServer) -> Router {
         .route("/api/v1/namespaces/{ns}/pods", get(list_pods))
         .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod))
         .route("/api/v1/namespaces/{ns}/pods/{name}/proxy/{*rest}", get(proxy))
+        .route("/api/v1/namespaces/{ns}/services/{name}/proxy/{*rest}", get(service_proxy))
         .route("/api/v1/namespaces/{ns}/configmaps/{name}", get(get_config_map))
         .route("/apis/{group}/{version}/namespaces/{ns}/{resource}/{name}/{subresource}", get(aggregated))
         .fallback(|req: Request| async move {
@@ -289,6 +290,31 @@ async fn proxy(
         let content_type = [("content-type", "text/plain; version=0.0.4; charset=utf-8")];
         return (StatusCode::OK, content_type, axum::body::Body::from_stream(stream)).into_response();
     }
+    let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+    let answer = backend.get(&format!("/{rest}{query}")).await;
+    let code = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    (code, [("content-type", answer.content_type)], answer.body).into_response()
+}
+
+async fn service_proxy(
+    State(s): State<ApiServer>,
+    axum::Extension(user): axum::Extension<User>,
+    Path((ns, target, rest)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    let (_, name, _) = split_target(&target);
+    let mut attrs = core("get", "services", Some(&ns), Some(name));
+    attrs.subresource = "proxy".into();
+    if let Some(r) = refuse(&user, attrs) {
+        return r;
+    }
+    let Some(backend) = s.state().services.get(&(ns.clone(), name.to_string())).cloned() else {
+        return status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            format!("no endpoints available for service {name:?}"),
+        );
+    };
     let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
     let answer = backend.get(&format!("/{rest}{query}")).await;
     let code = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
