@@ -6,7 +6,8 @@
 //!
 //! Run: `cargo bench -p gpu-exporter --bench lockout`. The servers are the debug builds
 //! that the end-to-end tests use (`test_support::simulated::binaries`), so the latencies
-//! are an upper bound for the release images. The attackers come from one loopback
+//! are an upper bound for the release images; `SIMULATED_RELEASE=1` runs the release
+//! builds instead. The attackers come from one loopback
 //! address, 127.0.0.2, as from one host in the issue (`BENCH_SPREAD=20`: from 127.0.0.2
 //! to 127.0.0.21, which together can take every place), the legitimate client from
 //! 127.0.0.1; every shed attacker reconnects at once.

@@ -64,11 +64,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(
-    args: Args,
-    web_config: WebConfig,
-    health: gpu_health_kube::config::HealthSettings,
-) -> anyhow::Result<()> {
+async fn run(args: Args, web_config: WebConfig, health: gpu_health_kube::config::HealthSettings) -> anyhow::Result<()> {
     let context = RenderContext {
         node: args.node(),
         extra_labels: args.extra_labels()?,
@@ -130,7 +126,7 @@ async fn release_startup_code(mut snapshots: tokio::sync::watch::Receiver<Arc<gp
 async fn bind(args: &Args) -> anyhow::Result<TcpListener> {
     let mut last_error = None;
     for address in args.socket_addresses()? {
-        match TcpListener::bind(address).await {
+        match https_edge::listen::bind(address) {
             Ok(listener) => return Ok(listener),
             Err(e) => last_error = Some(anyhow::Error::new(e).context(format!("cannot listen on {address}"))),
         }

@@ -87,6 +87,7 @@ mod client_auth;
 mod conn;
 mod host;
 mod linger;
+pub mod listen;
 mod options;
 pub mod peer;
 pub mod pem;

@@ -469,7 +469,7 @@ impl App {
         let tls = server::tls(serving, &protocols(args)?)?;
 
         let addr = SocketAddr::new(args.bind_address, args.secure_port);
-        let listener = TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })?;
+        let listener = https_edge::listen::bind(addr).map_err(|source| Error::Bind { addr, source })?;
         let addr = listener.local_addr().map_err(|source| Error::Bind { addr, source })?;
         let state = AppState {
             sources: Sources { direct, prometheus },

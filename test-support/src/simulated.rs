@@ -25,18 +25,13 @@ pub fn binaries() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
+            // A debug build, also when a benchmark (a release build) asks, unless
+            // SIMULATED_RELEASE=1 asks for the release binaries (benchmarks only).
+            let release = std::env::var_os("SIMULATED_RELEASE").is_some_and(|v| v == "1");
             let out = Command::new(env!("CARGO"))
-                .args([
-                    "build",
-                    "-p",
-                    "fake-nvml",
-                    "-p",
-                    "fake-kubelet",
-                    "-p",
-                    "gpu-exporter",
-                    "-p",
-                    "gpu-metrics-adapter",
-                ])
+                .arg("build")
+                .args(release.then_some("--release"))
+                .args(["-p", "fake-nvml", "-p", "fake-kubelet", "-p", "gpu-exporter", "-p", "gpu-metrics-adapter"])
                 .current_dir(workspace())
                 .output()
                 .expect("cargo runs");
@@ -45,9 +40,8 @@ pub fn binaries() -> PathBuf {
                 "building the simulated node failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            // A debug build, also when a benchmark (a release build) asks.
             let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace().join("target"), PathBuf::from);
-            target.join("debug")
+            target.join(if release { "release" } else { "debug" })
         })
         .clone()
 }
