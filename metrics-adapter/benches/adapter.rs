@@ -24,7 +24,6 @@ use exposition_parser::Limits;
 use gpu_metrics_adapter::http_client::HttpClient;
 use gpu_metrics_adapter::source::direct::discovery::{Target, Targets};
 use gpu_metrics_adapter::source::direct::{self, DirectSource};
-use support::apiserver::Fake;
 use support::prometheus::Prometheus;
 use support::{Pki, get, hpa_headers, tls_client, try_get};
 
@@ -158,11 +157,11 @@ async fn pods_case(pods: usize) {
     // compactions do not share the two cores with that measurement.
     let prom_port = Prometheus::reserve_port();
     let prom_url = format!("http://127.0.0.1:{prom_port}");
-    let fake = Fake::default();
-    *fake.configmap.lock().unwrap() = pki.auth_configmap();
+    let fake = support::apiserver();
+    fake.authentication_config_map(pki.auth_configmap());
     fake.set_policy(|_, _| (true, String::new()));
     for i in 0..pods {
-        fake.add_pod("bench", &format!("bench-pool-{i}"), &[("app", "inference")]);
+        fake.add_labelled_pod("bench", &format!("bench-pool-{i}"), &[("app", "inference")]);
     }
     let api = fake.serve().await;
     let rules = pki.write(
@@ -174,7 +173,7 @@ async fn pods_case(pods: usize) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gpu-metrics-adapter"))
         .env("GPU_METRICS_ADAPTER_EXPORTER_URL", urls.join(","))
         .args(pki.serving_args())
-        .arg(format!("--kubeconfig={}", Fake::kubeconfig(api, pki.dir.path()).display()))
+        .arg(format!("--kubeconfig={}", support::adapter_kubeconfig(api, pki.dir.path()).display()))
         .arg("--bind-address=127.0.0.1")
         .arg(format!("--secure-port={port}"))
         .arg(format!("--prometheus-url={prom_url}"))

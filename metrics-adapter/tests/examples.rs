@@ -23,7 +23,6 @@ use std::time::Duration;
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricTarget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
-use support::apiserver::Fake;
 use support::kustomize::{documents, render, try_documents, try_render_text};
 use support::node::{FROZEN_AT, NodeOptions, SimulatedNode, repo};
 use support::{Behavior, Exporter, Pki, get, hpa_headers, label, quantity, series, tls_client};
@@ -700,11 +699,11 @@ async fn every_metric_an_example_hpa_names_is_served_as_shipped() {
     }
 
     let pki = Pki::new();
-    let fake = Fake::default();
-    *fake.configmap.lock().unwrap() = pki.auth_configmap();
+    let fake = support::apiserver();
+    fake.authentication_config_map(pki.auth_configmap());
     for (ns, name, labels) in &pods {
         let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        fake.add_pod(ns, name, &labels);
+        fake.add_labelled_pod(ns, name, &labels);
     }
     fake.set_policy(|user, spec| {
         let ra = &spec["resourceAttributes"];
@@ -719,7 +718,7 @@ async fn every_metric_an_example_hpa_names_is_served_as_shipped() {
         )
     });
     let api = fake.serve().await;
-    let kubeconfig = Fake::kubeconfig(api, pki.dir.path());
+    let kubeconfig = support::adapter_kubeconfig(api, pki.dir.path());
     let aggregator = tls_client(&pki, Some(&pki.front_proxy_client));
     let anonymous = tls_client(&pki, None);
     let headers = hpa_headers();

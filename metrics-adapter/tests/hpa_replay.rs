@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::apiserver::Fake;
 use support::{Behavior, Exporter, Pki, fixture, get, hpa_headers, label, quantity, series, tls_client};
 
 const HPA_USER: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
@@ -55,24 +54,22 @@ async fn inference_hpa_requests_are_answered_like_the_go_adapters() {
     let prom = support::prometheus::Prometheus::start(&[app.addr], "1s").await;
     prom.wait_for_series("request_latency_ms", 9).await;
 
-    let fake = Fake::default();
-    *fake.configmap.lock().unwrap() = pki.auth_configmap();
-    *fake.endpoint_slices.lock().unwrap() = vec![
-        slice("gpu-exporter-a", e1.addr.port(), "gpu-node-1"),
-        slice("gpu-exporter-b", e2.addr.port(), "gpu-node-2"),
-    ];
+    let fake = support::apiserver();
+    fake.authentication_config_map(pki.auth_configmap());
+    fake.add_endpoint_slice(serde_json::from_value(slice("gpu-exporter-a", e1.addr.port(), "gpu-node-1")).unwrap());
+    fake.add_endpoint_slice(serde_json::from_value(slice("gpu-exporter-b", e2.addr.port(), "gpu-node-2")).unwrap());
     for i in 0..8 {
-        fake.add_pod(
+        fake.add_labelled_pod(
             "ai-inference",
             &format!("inference-pool-6b7c9-{i}"),
             &[("app", "inference"), ("pod-template-hash", "6b7c9")],
         );
     }
-    fake.add_pod("ai-inference", "llm-server-7d9f8", &[("app", "llm")]);
+    fake.add_labelled_pod("ai-inference", "llm-server-7d9f8", &[("app", "llm")]);
     for i in 0..3 {
-        fake.add_pod("ai-inference", &format!("embedding-svc-{i}"), &[("app", "embedding")]);
+        fake.add_labelled_pod("ai-inference", &format!("embedding-svc-{i}"), &[("app", "embedding")]);
     }
-    fake.add_pod("ml-training", "offline-training-x2k4p", &[("job-name", "offline-training")]);
+    fake.add_labelled_pod("ml-training", "offline-training-x2k4p", &[("job-name", "offline-training")]);
     fake.set_policy(|user, spec| {
         let ra = &spec["resourceAttributes"];
         let ok = user == HPA_USER && ra["group"] == "custom.metrics.k8s.io" && ra["verb"] == "get";
@@ -82,7 +79,7 @@ async fn inference_hpa_requests_are_answered_like_the_go_adapters() {
         )
     });
     let api = fake.serve().await;
-    let kubeconfig = Fake::kubeconfig(api, pki.dir.path());
+    let kubeconfig = support::adapter_kubeconfig(api, pki.dir.path());
     let rules = pki.write(
         "rules.yaml",
         "rules:\n  - name: request_latency_ms\n    query: 'avg by (<<.GroupBy>>) (request_latency_ms{<<.LabelMatchers>>})'\n    resources:\n      pods: { label: pod }\n      deployments.apps: { label: deployment }\n    window: 1m\n",
@@ -199,9 +196,7 @@ async fn inference_hpa_requests_are_answered_like_the_go_adapters() {
 
     // Authorization went through SubjectAccessReview with the controller's identity.
     let reviews: Vec<Value> = fake
-        .requests
-        .lock()
-        .unwrap()
+        .requests()
         .iter()
         .filter(|r| r.path == "/apis/authorization.k8s.io/v1/subjectaccessreviews")
         .map(|r| serde_json::from_str(&r.body).unwrap())

@@ -6,20 +6,19 @@
 
 mod support;
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::json;
-use support::apiserver::Fake;
 use support::{Behavior, Exporter, Pki, fixture, get, tls_client};
+use test_support::apiserver::ApiServer;
 
 const SAR: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
 const TOKENREVIEW: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 
-async fn adapter(pki: &Pki, fake: &Fake, extra: &[String]) -> support::Running {
+async fn adapter(pki: &Pki, fake: &ApiServer, extra: &[String]) -> support::Running {
     let api = fake.serve().await;
     let mut flags = pki.serving_args();
-    flags.push(format!("--kubeconfig={}", Fake::kubeconfig(api, pki.dir.path()).display()));
+    flags.push(format!("--kubeconfig={}", support::adapter_kubeconfig(api, pki.dir.path()).display()));
     flags.extend(extra.iter().cloned());
     support::start(&flags).await
 }
@@ -28,9 +27,9 @@ async fn adapter(pki: &Pki, fake: &Fake, extra: &[String]) -> support::Running {
 async fn bearer_tokens_and_access_reviews_are_cached_briefly() {
     let pki = Pki::new();
     let exporter = Exporter::start(Behavior::Serve(fixture("node-h100-timesliced.prom"))).await;
-    let fake = Fake::default();
-    *fake.configmap.lock().unwrap() = pki.auth_configmap();
-    fake.tokens.lock().unwrap().insert("alice-token".into(), ("alice".into(), vec!["team-a".into()]));
+    let fake = support::apiserver();
+    fake.authentication_config_map(pki.auth_configmap());
+    fake.token("alice-token", "alice", &["team-a"]);
     fake.set_policy(|user, spec| {
         (user == "alice" && spec["resourceAttributes"]["namespace"] == "ai-inference", String::new())
     });
@@ -63,7 +62,7 @@ async fn bearer_tokens_and_access_reviews_are_cached_briefly() {
     assert!(fake.count("POST", TOKENREVIEW) <= tr + 1);
     assert!(fake.count("POST", SAR) <= sar + 2);
     // The review carried the token.
-    let body = fake.requests.lock().unwrap().iter().find(|r| r.path == TOKENREVIEW).unwrap().body.clone();
+    let body = fake.requests().iter().find(|r| r.path == TOKENREVIEW).unwrap().body.clone();
     let review: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(review["spec"]["token"], "alice-token");
     // After the TTL the API is asked again.
@@ -84,14 +83,14 @@ async fn bearer_tokens_and_access_reviews_are_cached_briefly() {
 
     // When the API fails: tokens are not accepted (401), authorization is an error (500), never an allow.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    fake.fail_reviews.store(true, Ordering::SeqCst);
+    fake.fail_reviews(true);
     assert_eq!(get(&client, a.addr, ok_path, &alice).await.status, 401);
     let admin_like = pki.client_ca.client("carol", &[]).unwrap();
     let carol = tls_client(&pki, Some(&admin_like));
     let r = get(&carol, a.addr, ok_path, &[]).await;
     assert_eq!(r.status, 500, "{}", r.body);
     assert_eq!(r.json()["reason"], "InternalError");
-    fake.fail_reviews.store(false, Ordering::SeqCst);
+    fake.fail_reviews(false);
     a.stop().await;
 }
 
@@ -99,12 +98,12 @@ async fn bearer_tokens_and_access_reviews_are_cached_briefly() {
 async fn authentication_configmap_is_read_and_reloaded() {
     let pki = Pki::new();
     let exporter = Exporter::start(Behavior::Serve(fixture("node-h100-timesliced.prom"))).await;
-    let fake = Fake::default();
+    let fake = support::apiserver();
     // At first the ConfigMap trusts another front proxy CA.
     let other = gpu_metrics_adapter::certs::Ca::new("old-front-proxy-ca").unwrap();
     let mut cm = pki.auth_configmap();
     cm.insert("requestheader-client-ca-file".into(), other.cert_pem().to_owned());
-    *fake.configmap.lock().unwrap() = cm;
+    fake.authentication_config_map(cm);
     fake.set_policy(|_, _| (true, String::new()));
     let a = adapter(
         &pki,
@@ -117,7 +116,7 @@ async fn authentication_configmap_is_read_and_reloaded() {
     let headers = support::hpa_headers();
     assert_eq!(get(&aggregator, a.addr, "/apis", &headers).await.status, 401);
     // kube-apiserver rotates its front-proxy CA: the adapter follows without a restart.
-    *fake.configmap.lock().unwrap() = pki.auth_configmap();
+    fake.authentication_config_map(pki.auth_configmap());
     support::eventually("new front-proxy CA", Duration::from_secs(5), async || {
         get(&aggregator, a.addr, "/apis", &headers).await.status == 200
     })
@@ -134,10 +133,10 @@ async fn exporters_come_from_ready_endpoints_and_pods_from_the_watch() {
     let pki = Pki::new();
     let ready = Exporter::start(Behavior::Serve(fixture("node-h100-timesliced.prom"))).await;
     let not_ready = Exporter::start(Behavior::Serve(fixture("node-a100-mig-mixed.prom"))).await;
-    let fake = Fake::default();
-    *fake.configmap.lock().unwrap() = pki.auth_configmap();
+    let fake = support::apiserver();
+    fake.authentication_config_map(pki.auth_configmap());
     fake.set_policy(|_, _| (true, String::new()));
-    *fake.endpoint_slices.lock().unwrap() = vec![json!({
+    fake.add_endpoint_slice(serde_json::from_value(json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": "gpu-exporter-x1", "namespace": "gpu-telemetry", "labels": {"kubernetes.io/service-name": "gpu-exporter"}},
         "addressType": "IPv4",
@@ -146,9 +145,9 @@ async fn exporters_come_from_ready_endpoints_and_pods_from_the_watch() {
             {"addresses": ["127.0.0.1"], "nodeName": "gpu-node-2", "conditions": {"ready": true}},
             {"addresses": ["127.0.0.2"], "nodeName": "gpu-node-1", "conditions": {"ready": false}}
         ]
-    })];
+    })).unwrap());
     for i in 0..4 {
-        fake.add_pod("ai-inference", &format!("inference-pool-6b7c9-{i}"), &[("app", "inference")]);
+        fake.add_labelled_pod("ai-inference", &format!("inference-pool-6b7c9-{i}"), &[("app", "inference")]);
     }
     let a = adapter(&pki, &fake, &["--scrape-interval=300ms".into()]).await;
     let aggregator = tls_client(&pki, Some(&pki.front_proxy_client));
@@ -160,14 +159,14 @@ async fn exporters_come_from_ready_endpoints_and_pods_from_the_watch() {
     };
     support::eventually("four labelled pods", Duration::from_secs(10), async || count().await == 4).await;
     // The discovery request named the Service the way kube-proxy does.
-    let q = fake.requests.lock().unwrap().iter().find(|r| r.path.ends_with("/endpointslices")).unwrap().clone();
+    let q = fake.requests().iter().find(|r| r.path.ends_with("/endpointslices")).unwrap().clone();
     assert_eq!(q.path, "/apis/discovery.k8s.io/v1/namespaces/gpu-telemetry/endpointslices");
-    assert_eq!(q.query, "kubernetes.io/service-name=gpu-exporter");
+    assert_eq!(q.param("labelSelector").as_deref(), Some("kubernetes.io/service-name=gpu-exporter"));
     // The pod watch asked for metadata only.
     assert!(fake.count("GET", "/api/v1/pods") >= 1);
     // A new replica appears through the watch, without a restart.
     for i in 4..8 {
-        fake.add_pod("ai-inference", &format!("inference-pool-6b7c9-{i}"), &[("app", "inference")]);
+        fake.add_labelled_pod("ai-inference", &format!("inference-pool-6b7c9-{i}"), &[("app", "inference")]);
     }
     support::eventually("eight labelled pods", Duration::from_secs(10), async || count().await == 8).await;
     // The not-ready endpoint was never scraped (it points at 127.0.0.2 on the ready port,
@@ -181,12 +180,12 @@ async fn exporters_come_from_ready_endpoints_and_pods_from_the_watch() {
 async fn rbac_bound_to_system_authenticated_authorizes_every_authenticated_user() {
     let pki = Pki::new();
     let exporter = Exporter::start(Behavior::Serve(fixture("node-h100-timesliced.prom"))).await;
-    let fake = Fake::default();
-    *fake.configmap.lock().unwrap() = pki.auth_configmap();
+    let fake = support::apiserver();
+    fake.authentication_config_map(pki.auth_configmap());
     // TokenReview answers without system:authenticated, as some webhook authenticators do;
     // the policy grants metric reads to the group only, as a ClusterRoleBinding to
     // system:authenticated would.
-    fake.tokens.lock().unwrap().insert("bob-token".into(), ("bob".into(), vec!["team-b".into()]));
+    fake.token("bob-token", "bob", &["team-b"]);
     fake.set_policy(|_, spec| {
         let groups = spec["groups"].as_array().cloned().unwrap_or_default();
         (groups.iter().any(|g| g == "system:authenticated"), String::new())
@@ -199,7 +198,7 @@ async fn rbac_bound_to_system_authenticated_authorizes_every_authenticated_user(
         get(&client, a.addr, path, &bob).await.status == 200
     })
     .await;
-    let body = fake.requests.lock().unwrap().iter().rev().find(|r| r.path == SAR).unwrap().body.clone();
+    let body = fake.requests().iter().rev().find(|r| r.path == SAR).unwrap().body.clone();
     let review: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(review["spec"]["user"], "bob");
     assert_eq!(review["spec"]["groups"], json!(["team-b", "system:authenticated"]));

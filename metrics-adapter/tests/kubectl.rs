@@ -7,7 +7,6 @@ mod support;
 
 use std::time::Duration;
 
-use support::apiserver::Fake;
 use support::kubectl::{json, kubeconfig, kubectl};
 use support::{Behavior, Exporter, Pki, fixture, label, quantity, series};
 
@@ -153,8 +152,8 @@ async fn kubectl_reads_metrics_with_a_client_certificate() {
 async fn kubectl_user_authorized_by_subject_access_review() {
     let pki = Pki::new();
     let exporter = Exporter::start(Behavior::Serve(fixture("node-h100-timesliced.prom"))).await;
-    let fake = Fake::default();
-    *fake.configmap.lock().unwrap() = pki.auth_configmap();
+    let fake = support::apiserver();
+    fake.authentication_config_map(pki.auth_configmap());
     fake.set_policy(|user, spec| {
         let ra = &spec["resourceAttributes"];
         (user == "bob" && ra["namespace"] == "ai-inference", "bound to custom-metrics-reader in ai-inference".into())
@@ -162,7 +161,7 @@ async fn kubectl_user_authorized_by_subject_access_review() {
     let api = fake.serve().await;
     let mut flags = pki.serving_args();
     flags.extend([
-        format!("--kubeconfig={}", Fake::kubeconfig(api, pki.dir.path()).display()),
+        format!("--kubeconfig={}", support::adapter_kubeconfig(api, pki.dir.path()).display()),
         format!("--exporter-url={}", exporter.url()),
         "--scrape-interval=1s".into(),
     ]);

@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use serde_json::{Value, json};
-use support::apiserver::Fake;
 use support::kubectl::{json as kubectl_json, kubeconfig, kubectl};
 use support::node::{FROZEN_AT, NodeOptions, SimulatedNode, repo};
 use support::prometheus::Prometheus;
 use support::{Pki, Running, get, hpa_headers, quantity, tls_client};
+use test_support::apiserver::ApiServer;
 
 const HPA_USER: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
 const SCENARIO: &str = "fake-nvml/scenarios/seed-mixed-node.yaml";
@@ -213,7 +213,7 @@ fn scenario_pods() -> Vec<(String, BTreeMap<String, String>)> {
 /// the in-test API server holding the scenario's pods.
 struct Cluster {
     pki: Pki,
-    fake: Fake,
+    fake: ApiServer,
     kubeconfig: std::path::PathBuf,
     prom: Prometheus,
     /// The pool's pods (app=inference), in name order: pod `i` of the rates above.
@@ -258,11 +258,11 @@ impl Cluster {
         prom.wait_for_series(&pool_gpu, pool.len()).await;
 
         let pki = Pki::new();
-        let fake = Fake::default();
-        *fake.configmap.lock().unwrap() = pki.auth_configmap();
+        let fake = support::apiserver();
+        fake.authentication_config_map(pki.auth_configmap());
         for (name, labels) in &pods {
             let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            fake.add_pod(NS, name, &labels);
+            fake.add_labelled_pod(NS, name, &labels);
         }
         // The HPA controller's ClusterRole: get on custom metrics, list on external ones;
         // kubectl's user is in system:masters.
@@ -274,7 +274,7 @@ impl Cluster {
             (ok, String::new())
         });
         let api = fake.serve().await;
-        let kubeconfig = Fake::kubeconfig(api, pki.dir.path());
+        let kubeconfig = support::adapter_kubeconfig(api, pki.dir.path());
         Self { pki, fake, kubeconfig, prom, pool, extra_series, _node: node }
     }
 
@@ -505,9 +505,7 @@ async fn external_metrics(c: &Cluster, a: &Running) {
     // The authorization asked was Kubernetes' for that path: list on the metric.
     let sar = c
         .fake
-        .requests
-        .lock()
-        .unwrap()
+        .requests()
         .iter()
         .rev()
         .find(|r| r.path.ends_with("subjectaccessreviews") && r.body.contains("external.metrics.k8s.io"))
@@ -614,11 +612,7 @@ async fn bad_configs_are_refused_at_start_with_the_rule_and_the_field() {
         c.fake.count("GET", "/apis/apps/v1") >= 1 && c.fake.count("GET", "/apis/custom.metrics.k8s.io/v1beta2") == 0
     );
     // A CRD the cluster serves is accepted.
-    c.fake
-        .groups
-        .lock()
-        .unwrap()
-        .push(("cheese.io/v1".into(), vec![("brands".into(), "brand".into(), "Brand".into(), true)]));
+    c.fake.add_api_group("cheese.io/v1", &[("brands", "brand", "Brand", true)]);
     let ok = support::args(&c.flags(&rule("{matches: \"^(.*)_total$\"}", good_query, "{overrides: {kubernetes_namespace: {resource: namespace}, kubernetes_pod_name: {group: cheese.io, resource: brand}}}")));
     assert!(gpu_metrics_adapter::app::App::build(&ok).await.is_ok());
     // A query Prometheus rejects (bad_data) is caught at the first relist, before serving.
@@ -869,17 +863,17 @@ pods:
     prom.wait_for_series("DCGM_FI_DEV_GPU_UTIL", 2).await;
 
     let pki = Pki::new();
-    let fake = Fake::default();
-    *fake.configmap.lock().unwrap() = pki.auth_configmap();
+    let fake = support::apiserver();
+    fake.authentication_config_map(pki.auth_configmap());
     for pod in ["trainer-0", "trainer-1", "trainer-2"] {
-        fake.add_pod("training", pod, &[("app", "trainer")]);
+        fake.add_labelled_pod("training", pod, &[("app", "trainer")]);
     }
     fake.set_policy(|user, spec| {
         let ra = &spec["resourceAttributes"];
         (user == HPA_USER && ra["group"] == "custom.metrics.k8s.io" && ra["verb"] == "get", String::new())
     });
     let api = fake.serve().await;
-    let kubeconfig = Fake::kubeconfig(api, pki.dir.path());
+    let kubeconfig = support::adapter_kubeconfig(api, pki.dir.path());
     let config = pki.write("config.yaml", DCGM_UTIL);
     let mut flags = pki.serving_args();
     flags.extend([

@@ -17,9 +17,9 @@ use base64::Engine as _;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
-use support::apiserver::Fake;
-use support::objects::{apiservice_path, secret_path};
 use support::{Behavior, Exporter, Pki, fixture};
+use test_support::apiserver::store::{apiservice_path, secret_path};
+use test_support::apiserver::{ApiServer, Grants};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NS: &str = "gpu-telemetry";
@@ -39,7 +39,7 @@ fn apiservice(name: &str, insecure: bool) -> Value {
 
 struct Cluster {
     pki: Pki,
-    fake: Fake,
+    fake: ApiServer,
     api: SocketAddr,
     exporter: Exporter,
 }
@@ -47,8 +47,8 @@ struct Cluster {
 impl Cluster {
     async fn new() -> Self {
         let pki = Pki::new();
-        let fake = Fake::default();
-        *fake.configmap.lock().unwrap() = pki.auth_configmap();
+        let fake = support::apiserver();
+        fake.authentication_config_map(pki.auth_configmap());
         let api = fake.serve().await;
         let exporter = Exporter::start(Behavior::Serve(fixture("node-h100-timesliced.prom"))).await;
         Self { pki, fake, api, exporter }
@@ -56,8 +56,8 @@ impl Cluster {
 
     fn with_apiservices(self) -> Self {
         // One as the previous manifests installed it (insecureSkipTLSVerify), one without.
-        self.fake.objects.put(&apiservice_path(APISERVICES[0]), apiservice(APISERVICES[0], true));
-        self.fake.objects.put(&apiservice_path(APISERVICES[1]), apiservice(APISERVICES[1], false));
+        self.fake.objects().put(&apiservice_path(APISERVICES[0]), apiservice(APISERVICES[0], true));
+        self.fake.objects().put(&apiservice_path(APISERVICES[1]), apiservice(APISERVICES[1], false));
         self
     }
 
@@ -88,13 +88,13 @@ impl Cluster {
             }
         }
         assert!(!roles.is_empty(), "no roles bound to the adapter in deploy/base");
-        self.fake.objects.enforce_rbac(roles);
+        self.fake.objects().enforce_rbac(Grants::from_rules(&roles));
         self
     }
 
     fn flags(&self, extra: &[&str]) -> Vec<String> {
         let mut f = vec![
-            format!("--kubeconfig={}", Fake::kubeconfig(self.api, self.pki.dir.path()).display()),
+            format!("--kubeconfig={}", support::adapter_kubeconfig(self.api, self.pki.dir.path()).display()),
             format!("--exporter-url={}", self.exporter.url()),
             format!("--tls-secret-name={SECRET}"),
             format!("--tls-secret-namespace={NS}"),
@@ -108,7 +108,7 @@ impl Cluster {
     }
 
     fn secret(&self) -> Option<Value> {
-        self.fake.objects.get(&secret_path(NS, SECRET))
+        self.fake.objects().get(&secret_path(NS, SECRET))
     }
 
     fn secret_key(&self, key: &str) -> Vec<u8> {
@@ -118,7 +118,7 @@ impl Cluster {
 
     /// The caBundle of an APIService, as the aggregator reads it.
     fn ca_bundle(&self, name: &str) -> Option<Vec<u8>> {
-        let svc = self.fake.objects.get(&apiservice_path(name))?;
+        let svc = self.fake.objects().get(&apiservice_path(name))?;
         let b64 = svc["spec"]["caBundle"].as_str()?;
         Some(base64::engine::general_purpose::STANDARD.decode(b64).unwrap())
     }
@@ -216,11 +216,11 @@ async fn replicas_starting_together_agree_on_one_ca_and_the_aggregator_verifies_
     let c = Cluster::new().await.with_apiservices().with_shipped_rbac();
     // Both replicas' first reads of the Secret are held until both have asked: both see
     // no Secret and both try to create it.
-    c.fake.objects.hold_reads(&secret_path(NS, SECRET), 2);
+    c.fake.objects().hold_reads(&secret_path(NS, SECRET), 2);
     let flags = c.flags(&[]);
     let (a, b) = tokio::join!(support::start(&flags), support::start(&flags));
 
-    let creates = c.fake.objects.statuses("POST", &secret_path(NS, SECRET));
+    let creates = c.fake.objects().statuses("POST", &secret_path(NS, SECRET));
     let mut sorted = creates.clone();
     sorted.sort_unstable();
     assert_eq!(sorted, vec![201, 409], "one create wins, the other is told AlreadyExists: {creates:?}");
@@ -230,7 +230,7 @@ async fn replicas_starting_together_agree_on_one_ca_and_the_aggregator_verifies_
     assert_eq!(ders(&bundle), ders(&c.secret_key("ca.crt")), "one CA, in the bundle");
     for name in APISERVICES {
         assert_eq!(c.ca_bundle(name).as_deref(), Some(bundle.as_slice()), "{name} caBundle");
-        let svc = c.fake.objects.get(&apiservice_path(name)).unwrap();
+        let svc = c.fake.objects().get(&apiservice_path(name)).unwrap();
         assert!(svc["spec"].get("insecureSkipTLSVerify").is_none_or(Value::is_null), "{name}: {svc}");
         assert_eq!(svc["spec"]["service"]["name"], "gpu-metrics-adapter", "the rest of the spec is kept");
     }
@@ -241,7 +241,7 @@ async fn replicas_starting_together_agree_on_one_ca_and_the_aggregator_verifies_
     let secret = c.secret().unwrap();
     assert_eq!(secret["metadata"]["labels"]["app.kubernetes.io/managed-by"], "gpu-metrics-adapter");
     // Everything was within the shipped RBAC.
-    let denied: Vec<_> = c.fake.objects.answered.lock().unwrap().iter().filter(|a| a.status == 403).cloned().collect();
+    let denied: Vec<_> = c.fake.objects().answered().iter().filter(|a| a.status == 403).cloned().collect();
     assert!(denied.is_empty(), "{denied:?}");
     a.stop().await;
     b.stop().await;
@@ -288,7 +288,7 @@ async fn rotation_of_certificate_and_ca_never_breaks_a_client_that_trusts_the_pu
     let bundle = c.secret_key("ca-bundle.crt");
     assert!(ders(&bundle).contains(&ders(&first_ca)[0]), "the retired CA stays trusted until it expires");
     // Writes were few: a Secret update per change, not per check.
-    let updates = c.fake.objects.statuses("PUT", &secret_path(NS, SECRET)).len();
+    let updates = c.fake.objects().statuses("PUT", &secret_path(NS, SECRET)).len();
     assert!(updates <= 12, "{updates} Secret updates");
     a.stop().await;
     b.stop().await;
@@ -298,7 +298,7 @@ async fn rotation_of_certificate_and_ca_never_breaks_a_client_that_trusts_the_pu
 async fn api_failures_keep_the_adapter_up_and_it_recovers() {
     let c = Cluster::new().await;
     // The API server fails the Secret read at start; the APIServices do not exist yet.
-    c.fake.objects.inject("GET", &secret_path(NS, SECRET), &[500; 3]);
+    c.fake.objects().inject("GET", &secret_path(NS, SECRET), &[500; 3]);
     let r = support::start(&c.flags(&[])).await;
     let ready = probe_readyz(r.addr).await;
     assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
@@ -312,7 +312,7 @@ async fn api_failures_keep_the_adapter_up_and_it_recovers() {
     .await;
     // The APIServices appear (installed after the adapter): they get the bundle.
     for name in APISERVICES {
-        c.fake.objects.put(&apiservice_path(name), apiservice(name, false));
+        c.fake.objects().put(&apiservice_path(name), apiservice(name, false));
     }
     support::eventually("caBundle published", Duration::from_secs(10), async || {
         APISERVICES.iter().all(|n| c.ca_bundle(n).as_deref() == Some(bundle.as_slice()))
@@ -325,21 +325,19 @@ async fn api_failures_keep_the_adapter_up_and_it_recovers() {
 async fn a_conflicting_write_is_read_again_and_a_corrupted_secret_is_replaced() {
     let c = Cluster::new().await.with_apiservices().with_shipped_rbac();
     // A Secret someone broke: the serving key is gone.
-    c.fake.objects.put(
+    c.fake.objects().put(
         &secret_path(NS, SECRET),
         json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":SECRET,"namespace":NS},
                "data":{"tls.crt": base64::engine::general_purpose::STANDARD.encode("not a certificate")}}),
     );
     // The first replacement loses a race with another writer.
-    c.fake.objects.inject("PUT", &secret_path(NS, SECRET), &[409]);
+    c.fake.objects().inject("PUT", &secret_path(NS, SECRET), &[409]);
     let r = support::start(&c.flags(&[])).await;
     let path = secret_path(NS, SECRET);
     let exchange: Vec<(String, u16)> = c
         .fake
-        .objects
-        .answered
-        .lock()
-        .unwrap()
+        .objects()
+        .answered()
         .iter()
         .filter(|a| a.path == path)
         .map(|a| (a.method.clone(), a.status))

@@ -222,3 +222,26 @@ pub fn gpu_pod(namespace: &str, name: &str, node: Option<&str>, phase: &str, res
         status: Some(PodStatus { phase: Some(phase.into()), ..PodStatus::default() }),
     }
 }
+
+/// Pod `namespace/name` with these labels, UID `uid-<namespace>-<name>` and the kubelet's
+/// managed fields (which a metadata-only client should not keep), for a client that
+/// reads only pods' metadata (the metrics adapter's label cache).
+pub fn labelled_pod(namespace: &str, name: &str, pairs: &[(&str, &str)]) -> Pod {
+    let kubelet = ManagedFieldsEntry {
+        manager: Some("kubelet".into()),
+        operation: Some("Update".into()),
+        api_version: Some("v1".into()),
+        ..ManagedFieldsEntry::default()
+    };
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            uid: Some(format!("uid-{namespace}-{name}")),
+            labels: Some(labels(pairs)),
+            managed_fields: Some(vec![kubelet]),
+            ..ObjectMeta::default()
+        },
+        ..Pod::default()
+    }
+}

@@ -7,13 +7,14 @@
 //! the metrics adapter as processes behind it ([`simulated`]), and loopback connection
 //! attacks on a serving edge ([`attack`]). A dev-dependency only; nothing here ships.
 //!
-//! Three Kubernetes fakes live here, and the adapter's tests keep a fourth
-//! (`metrics-adapter/tests/support/apiserver.rs`). They are to become one; until then:
-//! [`kube_api`] replays watch history with `410 Gone`, [`apiserver`] serves typed
-//! objects with RBAC from the manifests and the proxies and aggregated APIs, and
-//! [`fake_api`] checks scripted writes (expected requests, injected failures, patch
-//! types, `resourceVersion` conflicts). None of those properties needs its own server;
-//! what is missing is one state behind one router.
+//! Three Kubernetes fakes live here (the adapter's tests use [`apiserver`] since their
+//! own copy was folded into it). They are to become one; until then: [`kube_api`]
+//! replays watch history with `410 Gone` (as [`apiserver`]'s pod watch now does too),
+//! [`apiserver`] serves typed objects with RBAC from the manifests, the proxies and
+//! aggregated APIs, TokenReview, SubjectAccessReview and the adapter's Secrets and
+//! APIServices, and [`fake_api`] checks scripted writes (expected requests, injected
+//! failures, patch types, `resourceVersion` conflicts). None of those properties needs
+//! its own server; what is missing is one state behind one router.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 

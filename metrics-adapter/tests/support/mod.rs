@@ -1,14 +1,13 @@
 //! Shared test support: certificates, in-test exporters, a TLS client that talks to the
 //! adapter like the aggregator or kubectl, a raw TLS client for malformed requests,
-//! starting the adapter in-process, the simulated GPU node (`node`) and rendering
-//! `deploy/` (`kustomize`).
+//! starting the adapter in-process, the simulated GPU node (`node`), rendering
+//! `deploy/` (`kustomize`), and test-support's API server as the adapter meets it
+//! ([`apiserver`]).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-pub mod apiserver;
 pub mod kubectl;
 pub mod kustomize;
 pub mod node;
-pub mod objects;
 pub mod prometheus;
 
 use std::net::SocketAddr;
@@ -26,9 +25,37 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::ServerName;
+use test_support::apiserver::{Access, ApiServer};
 use test_support::tls::ClientTls;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
+
+/// The token the adapter's kubeconfig carries.
+pub const ADAPTER_TOKEN: &str = "adapter-service-account-token";
+
+/// test-support's API server as the adapter meets it: the adapter's service account
+/// ([`ADAPTER_TOKEN`]) allowed everything, pods and nodes listed and watched as metadata
+/// only (406 otherwise: the adapter must never hold whole objects).
+pub fn apiserver() -> ApiServer {
+    let server = ApiServer::new();
+    let account = "system:serviceaccount:gpu-telemetry:gpu-metrics-adapter";
+    server.user(ADAPTER_TOKEN, account, Access::All);
+    server.metadata_only();
+    server
+}
+
+/// A kubeconfig for the adapter pointing at `addr`, under `dir`.
+pub fn adapter_kubeconfig(addr: SocketAddr, dir: &Path) -> PathBuf {
+    let path = dir.join("adapter-kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{addr}\nusers:\n- name: adapter\n  user:\n    token: {ADAPTER_TOKEN}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: adapter\n    namespace: gpu-telemetry\ncurrent-context: fake\n"
+        ),
+    )
+    .unwrap();
+    path
+}
 
 pub fn fixture(name: &str) -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)).unwrap()

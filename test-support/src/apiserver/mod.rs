@@ -2,7 +2,13 @@
 //! for clients such as `kubectl gpu` (a kube-rs client, or kubectl itself):
 //!
 //! - nodes and pods: get, and list with `labelSelector`, `fieldSelector` (the fields the
-//!   real server indexes) and paging (`limit`, `continue`); ConfigMaps: get;
+//!   real server indexes) and paging (`limit`, `continue`), as full objects or metadata
+//!   only (`as=PartialObjectMetadataList`, which [`ApiServer::metadata_only`] makes the
+//!   only answer); the pod watch with history and `410 Gone` ([`watch`]); ConfigMaps:
+//!   get; EndpointSlices: list by Service;
+//! - TokenReview and SubjectAccessReview for a delegating authenticator ([`reviews`]),
+//!   API discovery ([`discovery`]), Secrets and APIServices with write semantics,
+//!   injected answers and RBAC ([`store`]);
 //! - the pods `proxy` subresource (`/api/v1/namespaces/{ns}/pods/[https:]{pod}[:port]/proxy/...`)
 //!   forwarded to a [`Backend`]: a real exporter process on a simulated node, its captured
 //!   page, or a fault; answered 503 as kube-apiserver does when the pod cannot be reached;
@@ -13,14 +19,19 @@
 //!   real metrics adapter with a client certificate, as the aggregator forwards;
 //! - bearer-token users, each allowed everything or what RBAC manifests grant
 //!   ([`rbac::Grants`]), refused with the real 401/403 `Status` bodies;
-//! - every request recorded (method, path, query, user, status) for assertions.
+//! - every request recorded (method, path, query, body, user, status) for assertions.
 //!
 //! Objects are k8s-openapi types, served as the API serves them.
 
 pub mod backend;
+mod discovery;
 pub mod rbac;
+mod reply;
+mod reviews;
 mod routes;
 pub mod selectors;
+pub mod store;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,9 +39,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::Value;
 
 pub use backend::Backend;
 pub use rbac::Grants;
+pub use store::Store;
 
 /// The token of the user allowed everything.
 pub const ADMIN_TOKEN: &str = "admin-token";
@@ -55,9 +69,23 @@ pub struct Recorded {
     pub method: String,
     pub path: String,
     pub query: String,
+    pub body: String,
     pub user: String,
     pub status: u16,
 }
+
+impl Recorded {
+    /// The query parameter `name`, decoded.
+    pub fn param(&self, name: &str) -> Option<String> {
+        let uri: axum::http::Uri = format!("/?{}", self.query).parse().ok()?;
+        let axum::extract::Query(mut params) =
+            axum::extract::Query::<BTreeMap<String, String>>::try_from_uri(&uri).ok()?;
+        params.remove(name)
+    }
+}
+
+/// A SubjectAccessReview policy: (user, spec) -> (allowed, reason).
+pub type Policy = Arc<dyn Fn(&str, &Value) -> (bool, String) + Send + Sync>;
 
 #[derive(Default)]
 pub(crate) struct State {
@@ -70,6 +98,23 @@ pub(crate) struct State {
     pub users: BTreeMap<String, User>,
     pub requests: Vec<Recorded>,
     pub resource_version: u64,
+    /// Lists and watches of pods and nodes answer only a metadata-only request.
+    pub metadata_only: bool,
+    /// Pod watch events by resource version, for watches that start behind.
+    pub pod_history: Vec<(u64, Value)>,
+    /// Watches from a version below this answer 410 Gone.
+    pub compacted: u64,
+    pub pod_watches: Vec<watch::Watcher>,
+    pub endpoint_slices: Vec<EndpointSlice>,
+    /// TokenReview: token → (user, groups).
+    pub tokens: BTreeMap<String, (String, Vec<String>)>,
+    /// SubjectAccessReview; `None` denies everything.
+    pub policy: Option<Policy>,
+    /// TokenReview and SubjectAccessReview answer 500.
+    pub fail_reviews: bool,
+    pub store: Store,
+    /// Discovery: groups served beyond the built-in ones.
+    pub api_groups: Vec<discovery::Group>,
 }
 
 /// The server's state; cheap to clone, shared with the serving task.
@@ -114,10 +159,78 @@ impl ApiServer {
         self.state().nodes.insert(name, node);
     }
 
+    /// Adds or replaces a pod, telling open watches.
     pub fn add_pod(&self, mut pod: Pod) {
-        pod.metadata.resource_version = Some(self.bump());
+        let mut s = self.state();
+        s.resource_version += 1;
+        pod.metadata.resource_version = Some(s.resource_version.to_string());
         let k = key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref());
-        self.state().pods.insert(k, pod);
+        let object = serde_json::to_value(&pod).unwrap();
+        let kind = if s.pods.insert(k, pod).is_some() { "MODIFIED" } else { "ADDED" };
+        s.pod_event(kind, object);
+    }
+
+    /// Adds pod `namespace/name` with these labels and nothing else that matters.
+    pub fn add_labelled_pod(&self, namespace: &str, name: &str, labels: &[(&str, &str)]) {
+        self.add_pod(crate::cluster::labelled_pod(namespace, name, labels));
+    }
+
+    /// Forgets the pod history: watches from before now answer 410 Gone.
+    pub fn compact(&self) {
+        let mut s = self.state();
+        s.compacted = s.resource_version;
+        s.pod_history.clear();
+    }
+
+    /// Lists and watches of pods and nodes are answered only when they ask for metadata
+    /// (406 otherwise), as a test of a client that must never hold whole objects.
+    pub fn metadata_only(&self) {
+        self.state().metadata_only = true;
+    }
+
+    pub fn add_endpoint_slice(&self, slice: EndpointSlice) {
+        self.state().endpoint_slices.push(slice);
+    }
+
+    /// Serves `extension-apiserver-authentication` in `kube-system` with this data.
+    pub fn authentication_config_map(&self, data: BTreeMap<String, String>) {
+        let mut cm = ConfigMap { data: Some(data), ..ConfigMap::default() };
+        cm.metadata.name = Some("extension-apiserver-authentication".into());
+        cm.metadata.namespace = Some("kube-system".into());
+        self.add_config_map(cm);
+    }
+
+    /// TokenReview authenticates `token` as `user` in `groups`.
+    pub fn token(&self, token: &str, user: &str, groups: &[&str]) {
+        let groups = groups.iter().map(|g| g.to_string()).collect();
+        self.state().tokens.insert(token.into(), (user.into(), groups));
+    }
+
+    /// SubjectAccessReview answers with `policy(user, spec)`.
+    pub fn set_policy(&self, policy: impl Fn(&str, &Value) -> (bool, String) + Send + Sync + 'static) {
+        self.state().policy = Some(Arc::new(policy));
+    }
+
+    /// TokenReview and SubjectAccessReview answer 500 while set.
+    pub fn fail_reviews(&self, fail: bool) {
+        self.state().fail_reviews = fail;
+    }
+
+    /// Discovery lists group version `gv` (`cheese.io/v1`) with these resources, as
+    /// (plural, singular, kind, namespaced).
+    pub fn add_api_group(&self, gv: &str, resources: &[(&str, &str, &str, bool)]) {
+        let resources = resources.iter().map(|(p, s, k, n)| (p.to_string(), s.to_string(), k.to_string(), *n));
+        self.state().api_groups.push((gv.into(), resources.collect()));
+    }
+
+    /// The Secrets and APIServices.
+    pub fn objects(&self) -> Store {
+        self.state().store.clone()
+    }
+
+    /// How many requests `method path` came.
+    pub fn count(&self, method: &str, path: &str) -> usize {
+        self.state().requests.iter().filter(|r| r.method == method && r.path == path).count()
     }
 
     pub fn add_config_map(&self, mut cm: ConfigMap) {

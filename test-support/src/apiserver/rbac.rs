@@ -74,6 +74,16 @@ impl Grants {
         })
     }
 
+    /// Grants of roles already resolved: each the namespace it is limited to (`None`
+    /// for a ClusterRole bound cluster-wide) and that role's `rules`.
+    pub fn from_rules(roles: &[(Option<String>, Value)]) -> Grants {
+        let rules = roles.iter().flat_map(|(ns, rules)| {
+            let rules: Vec<PolicyRule> = serde_json::from_value(rules.clone()).unwrap();
+            rules.into_iter().map(move |r| (ns.clone(), r))
+        });
+        Grants(rules.collect())
+    }
+
     /// Grants from RBAC manifests (as JSON values, e.g. a rendered kustomization) for
     /// the user `user` in `groups`.
     pub fn from_manifests(docs: &[Value], user: &str, groups: &[&str]) -> Grants {

@@ -6,37 +6,20 @@ use std::collections::BTreeMap;
 
 use axum::Router;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status};
+use axum::routing::{get, post};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use k8s_openapi::{List, ListableResource};
 use serde::Serialize;
 
 use super::rbac::Attributes;
+use super::reply::{json, status};
 use super::selectors::Selector;
-use super::{Access, ApiServer, Recorded, User};
+use super::{Access, ApiServer, Recorded, User, discovery, reviews, watch};
 
 type Params = Query<BTreeMap<String, String>>;
-
-fn status(code: StatusCode, reason: &str, message: impl Into<String>) -> Response {
-    let body = Status {
-        code: Some(i32::from(code.as_u16())),
-        message: Some(message.into()),
-        reason: Some(reason.into()),
-        status: Some("Failure".into()),
-        ..Status::default()
-    };
-    let mut value = serde_json::to_value(&body).unwrap();
-    value["kind"] = "Status".into();
-    value["apiVersion"] = "v1".into();
-    (code, [("content-type", "application/json")], value.to_string()).into_response()
-}
-
-fn json<T: Serialize>(value: &T) -> Response {
-    (StatusCode::OK, [("content-type", "application/json")], serde_json::to_string(value).unwrap()).into_response()
-}
 
 pub(super) fn router(server: ApiServer) -> Router {
     Router::new()
@@ -49,6 +32,13 @@ pub(super) fn router(server: ApiServer) -> Router {
         .route("/api/v1/namespaces/{ns}/services/{name}/proxy/{*rest}", get(service_proxy))
         .route("/api/v1/namespaces/{ns}/configmaps/{name}", get(get_config_map))
         .route("/apis/{group}/{version}/namespaces/{ns}/{resource}/{name}/{subresource}", get(aggregated))
+        .route("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", get(endpoint_slices))
+        .route("/apis/authentication.k8s.io/v1/tokenreviews", post(reviews::token_review))
+        .route("/apis/authorization.k8s.io/v1/subjectaccessreviews", post(reviews::access_review))
+        .route("/api/v1", get(discovery::core))
+        .route("/apis", get(discovery::groups))
+        .route("/apis/{group}/{version}", get(discovery::group))
+        .merge(server.objects().router())
         .fallback(|req: Request| async move {
             status(
                 StatusCode::NOT_FOUND,
@@ -60,7 +50,12 @@ pub(super) fn router(server: ApiServer) -> Router {
         .with_state(server)
 }
 
-async fn authenticate(State(server): State<ApiServer>, mut req: Request, next: Next) -> Response {
+async fn authenticate(State(server): State<ApiServer>, req: Request, next: Next) -> Response {
+    // The body is recorded too (TokenReview, SubjectAccessReview), so it is read first.
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let mut req = Request::from_parts(parts, body.into());
     let token =
         req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     let user = token.and_then(|t| server.state().users.get(t).cloned());
@@ -74,7 +69,7 @@ async fn authenticate(State(server): State<ApiServer>, mut req: Request, next: N
             next.run(req).await
         }
     };
-    let recorded = Recorded { method, path, query, user: name, status: response.status().as_u16() };
+    let recorded = Recorded { method, path, query, body: text, user: name, status: response.status().as_u16() };
     server.state().requests.push(recorded);
     response
 }
@@ -102,12 +97,39 @@ fn core(verb: &'static str, resource: &str, namespace: Option<&str>, name: Optio
 /// The fields of an object a field selector may name.
 type Fields = BTreeMap<String, String>;
 
+/// How a list or watch asks to be answered.
+#[derive(Clone, Copy)]
+struct Ask {
+    /// `as=PartialObjectMetadataList` (or `PartialObjectMetadata`, for a watch).
+    metadata: bool,
+    /// The server answers only metadata-only requests.
+    metadata_only: bool,
+}
+
+impl Ask {
+    fn of(s: &ApiServer, headers: &HeaderMap) -> Ask {
+        let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        Ask { metadata: accept.contains("as=PartialObjectMetadata"), metadata_only: s.state().metadata_only }
+    }
+
+    /// The 406 a whole-object request gets from a metadata-only server.
+    fn refused(self) -> Option<Response> {
+        (self.metadata_only && !self.metadata)
+            .then(|| status(StatusCode::NOT_ACCEPTABLE, "NotAcceptable", "this server serves metadata only"))
+    }
+}
+
+fn watching(params: &BTreeMap<String, String>) -> bool {
+    params.get("watch").is_some_and(|w| w == "true" || w == "1")
+}
+
 /// A list as the API serves it: selectors, then a page of `limit` from `continue`.
 fn list<T: ListableResource + Serialize + Clone>(
     objects: Vec<(T, Fields, Fields)>,
     params: &BTreeMap<String, String>,
     indexed: &[&str],
     resource_version: u64,
+    ask: Ask,
 ) -> Response {
     let parse = |key: &str| Selector::parse(params.get(key).map_or("", String::as_str));
     let (labels, fields) = match (parse("labelSelector"), parse("fieldSelector")) {
@@ -134,16 +156,32 @@ fn list<T: ListableResource + Serialize + Clone>(
     let mut value = serde_json::to_value(&page).unwrap();
     value["kind"] = T::LIST_KIND.into();
     value["apiVersion"] = "v1".into();
+    if ask.metadata {
+        let items: Vec<serde_json::Value> =
+            value["items"].as_array().into_iter().flatten().map(watch::metadata_of).collect();
+        value["items"] = items.into();
+        value["kind"] = "PartialObjectMetadataList".into();
+        value["apiVersion"] = "meta.k8s.io/v1".into();
+    }
     json(&value)
 }
 
 async fn list_nodes(
     State(s): State<ApiServer>,
     axum::Extension(user): axum::Extension<User>,
+    headers: HeaderMap,
     Query(q): Params,
 ) -> Response {
-    if let Some(r) = refuse(&user, core("list", "nodes", None, None)) {
+    let verb = if watching(&q) { "watch" } else { "list" };
+    if let Some(r) = refuse(&user, core(verb, "nodes", None, None)) {
         return r;
+    }
+    let ask = Ask::of(&s, &headers);
+    if let Some(r) = ask.refused() {
+        return r;
+    }
+    if watching(&q) {
+        return watch::quiet();
     }
     let state = s.state();
     let nodes = state
@@ -159,7 +197,7 @@ async fn list_nodes(
             (n.clone(), labels, fields)
         })
         .collect();
-    list(nodes, &q, &["metadata.name", "spec.unschedulable"], state.resource_version)
+    list(nodes, &q, &["metadata.name", "spec.unschedulable"], state.resource_version, ask)
 }
 
 async fn get_node(
@@ -176,7 +214,15 @@ async fn get_node(
     }
 }
 
-fn pods(s: &ApiServer, namespace: Option<&str>, q: &BTreeMap<String, String>) -> Response {
+fn pods(s: &ApiServer, namespace: Option<&str>, q: &BTreeMap<String, String>, headers: &HeaderMap) -> Response {
+    let ask = Ask::of(s, headers);
+    if let Some(r) = ask.refused() {
+        return r;
+    }
+    if watching(q) {
+        let from = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+        return watch::pods(&mut s.state(), from, ask.metadata);
+    }
     let state = s.state();
     let pods = state
         .pods
@@ -197,16 +243,18 @@ fn pods(s: &ApiServer, namespace: Option<&str>, q: &BTreeMap<String, String>) ->
         })
         .collect();
     let indexed = ["metadata.name", "metadata.namespace", "spec.nodeName", "status.phase", "status.podIP"];
-    list(pods, q, &indexed, state.resource_version)
+    list(pods, q, &indexed, state.resource_version, ask)
 }
 
 async fn list_all_pods(
     State(s): State<ApiServer>,
     axum::Extension(user): axum::Extension<User>,
+    headers: HeaderMap,
     Query(q): Params,
 ) -> Response {
-    match refuse(&user, core("list", "pods", None, None)) {
-        None => pods(&s, None, &q),
+    let verb = if watching(&q) { "watch" } else { "list" };
+    match refuse(&user, core(verb, "pods", None, None)) {
+        None => pods(&s, None, &q, &headers),
         Some(r) => r,
     }
 }
@@ -214,11 +262,13 @@ async fn list_all_pods(
 async fn list_pods(
     State(s): State<ApiServer>,
     axum::Extension(user): axum::Extension<User>,
+    headers: HeaderMap,
     Path(ns): Path<String>,
     Query(q): Params,
 ) -> Response {
-    match refuse(&user, core("list", "pods", Some(&ns), None)) {
-        None => pods(&s, Some(&ns), &q),
+    let verb = if watching(&q) { "watch" } else { "list" };
+    match refuse(&user, core(verb, "pods", Some(&ns), None)) {
+        None => pods(&s, Some(&ns), &q, &headers),
         Some(r) => r,
     }
 }
@@ -366,4 +416,36 @@ async fn aggregated(
     }
     let code = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
     (code, [("content-type", answer.content_type)], answer.body).into_response()
+}
+
+/// EndpointSlices of a namespace, by the Service they belong to (the only selector a
+/// client asks them by).
+async fn endpoint_slices(
+    State(s): State<ApiServer>,
+    axum::Extension(user): axum::Extension<User>,
+    Path(ns): Path<String>,
+    Query(q): Params,
+) -> Response {
+    let mut attrs = core("list", "endpointslices", Some(&ns), None);
+    attrs.api_group = "discovery.k8s.io".into();
+    if let Some(r) = refuse(&user, attrs) {
+        return r;
+    }
+    let selector = q.get("labelSelector").cloned().unwrap_or_default();
+    let items: Vec<_> = s
+        .state()
+        .endpoint_slices
+        .iter()
+        .filter(|e| e.metadata.namespace.as_deref() == Some(ns.as_str()))
+        .filter(|e| {
+            let service = e.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/service-name"));
+            service.is_some_and(|svc| selector == format!("kubernetes.io/service-name={svc}"))
+        })
+        .cloned()
+        .collect();
+    let list = List { items, metadata: ListMeta { resource_version: Some("55".into()), ..ListMeta::default() } };
+    let mut value = serde_json::to_value(&list).unwrap();
+    value["kind"] = "EndpointSliceList".into();
+    value["apiVersion"] = "discovery.k8s.io/v1".into();
+    json(&value)
 }

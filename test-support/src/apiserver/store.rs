@@ -1,9 +1,13 @@
-//! Secrets and APIServices for the in-test API server, with the real server's write
-//! semantics: POST of an existing name answers 409 AlreadyExists, PUT carrying a stale
-//! `metadata.resourceVersion` answers 409 Conflict, every write bumps the version. Tests
-//! can inject answers (500, 409), hold the first reads of an object until several
-//! clients have asked (to start them at the same moment), and enforce RBAC rules (the
-//! rendered Roles of `deploy/`): a request they do not allow answers 403.
+//! Secrets and APIServices (the adapter's serving-certificate Secret and the caBundle
+//! it writes), with the real server's write semantics: POST of an existing name answers
+//! 409 AlreadyExists, PUT carrying a stale `metadata.resourceVersion` answers 409
+//! Conflict, every write bumps the version. Tests can inject answers (500, 409), hold
+//! the first reads of an object until several clients have asked (to start them at the
+//! same moment), and enforce RBAC rules (the rendered Roles of `deploy/`, evaluated as
+//! [`Grants`]): a request they do not allow answers 403.
+//!
+//! Kept as JSON values, not typed: the tests read back exactly what a client wrote
+//! (base64 `data`, `caBundle`) and send bodies the client's types would refuse.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -17,6 +21,8 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use super::rbac::{Attributes, Grants};
+
 /// A request the store answered, with its status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answered {
@@ -25,17 +31,8 @@ pub struct Answered {
     pub status: u16,
 }
 
-#[derive(Default)]
-struct Held {
-    /// path → (reads still to hold, reads waiting)
-    gates: BTreeMap<String, (usize, usize)>,
-}
-
 /// (method, path) → answers to give instead of the real one, in order
 type Injected = BTreeMap<(String, String), VecDeque<u16>>;
-
-/// A role's namespace (None for a ClusterRole) and its `rules`.
-pub type Role = (Option<String>, Value);
 
 /// The object store.
 #[derive(Clone, Default)]
@@ -43,11 +40,12 @@ pub struct Store {
     objects: Arc<Mutex<BTreeMap<String, Value>>>,
     version: Arc<Mutex<u64>>,
     injected: Arc<Mutex<Injected>>,
-    held: Arc<Mutex<Held>>,
-    /// When set: (namespace of a Role, or None for a ClusterRole, its `rules`).
-    rbac: Arc<Mutex<Option<Vec<Role>>>>,
+    /// path → (reads still to hold, reads waiting)
+    held: Arc<Mutex<BTreeMap<String, (usize, usize)>>>,
+    /// When set, only what these grants allow is served.
+    rbac: Arc<Mutex<Option<Grants>>>,
     released: Arc<Notify>,
-    pub answered: Arc<Mutex<Vec<Answered>>>,
+    answered: Arc<Mutex<Vec<Answered>>>,
 }
 
 pub const APISERVICES: &str = "/apis/apiregistration.k8s.io/v1/apiservices";
@@ -72,6 +70,25 @@ fn reason_of(code: u16) -> &'static str {
         429 => "TooManyRequests",
         _ => "InternalError",
     }
+}
+
+/// The RBAC attributes of `verb` on `path` (`/api/v1/namespaces/{ns}/secrets[/{name}]`
+/// or `/apis/apiregistration.k8s.io/v1/apiservices[/{name}]`).
+fn attributes(verb: &'static str, path: &str) -> Option<Attributes> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (group, namespace, resource, name) = match parts.as_slice() {
+        ["api", "v1", "namespaces", ns, resource, rest @ ..] => ("", Some(*ns), *resource, rest.first()),
+        ["apis", group, _, resource, rest @ ..] => (*group, None, *resource, rest.first()),
+        _ => return None,
+    };
+    Some(Attributes {
+        verb,
+        api_group: group.into(),
+        resource: resource.into(),
+        subresource: String::new(),
+        namespace: namespace.map(str::to_string),
+        name: name.map(|n| n.to_string()),
+    })
 }
 
 impl Store {
@@ -102,53 +119,22 @@ impl Store {
 
     /// The first `n` GETs of `path` wait until all `n` have arrived.
     pub fn hold_reads(&self, path: &str, n: usize) {
-        self.held.lock().unwrap().gates.insert(path.to_owned(), (n, 0));
+        self.held.lock().unwrap().insert(path.to_owned(), (n, 0));
     }
 
-    /// From now on only what these rules allow is served; each entry is the namespace of
-    /// a Role (None for a ClusterRole) and that role's `rules`.
-    pub fn enforce_rbac(&self, roles: Vec<Role>) {
-        *self.rbac.lock().unwrap() = Some(roles);
+    /// From now on only what `grants` allow is served.
+    pub fn enforce_rbac(&self, grants: Grants) {
+        *self.rbac.lock().unwrap() = Some(grants);
     }
 
-    /// Whether RBAC allows `verb` on `path` (`/api/v1/namespaces/{ns}/secrets/{name}` or
-    /// `/apis/apiregistration.k8s.io/v1/apiservices/{name}`, name absent for create).
-    fn allowed(&self, verb: &str, path: &str) -> bool {
-        let Some(roles) = self.rbac.lock().unwrap().clone() else { return true };
-        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let (group, namespace, resource, name) = match parts.as_slice() {
-            ["api", "v1", "namespaces", ns, resource, rest @ ..] => ("", Some(*ns), *resource, rest.first().copied()),
-            ["apis", group, _, resource, rest @ ..] => (*group, None, *resource, rest.first().copied()),
-            _ => return false,
-        };
-        let has = |list: &Value, want: &str| {
-            list.as_array().is_some_and(|l| l.iter().any(|v| v.as_str() == Some(want) || v.as_str() == Some("*")))
-        };
-        roles.iter().any(|(role_ns, rules)| {
-            (role_ns.is_none() || role_ns.as_deref() == namespace)
-                && rules.as_array().into_iter().flatten().any(|r| {
-                    has(&r["apiGroups"], group)
-                        && has(&r["resources"], resource)
-                        && has(&r["verbs"], verb)
-                        && match r["resourceNames"].as_array() {
-                            None => true,
-                            Some(names) if names.is_empty() => true,
-                            // RBAC cannot limit create by name: a named rule never allows it.
-                            Some(names) => name.is_some_and(|n| names.iter().any(|x| x.as_str() == Some(n))),
-                        }
-                })
-        })
+    /// Every answer so far.
+    pub fn answered(&self) -> Vec<Answered> {
+        self.answered.lock().unwrap().clone()
     }
 
     /// Answers to `method path`, in order.
     pub fn statuses(&self, method: &str, path: &str) -> Vec<u16> {
-        self.answered
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|a| a.method == method && a.path == path)
-            .map(|a| a.status)
-            .collect()
+        self.answered().into_iter().filter(|a| a.method == method && a.path == path).map(|a| a.status).collect()
     }
 
     fn bump(&self) -> u64 {
@@ -158,11 +144,8 @@ impl Store {
     }
 
     fn answer(&self, method: &str, path: &str, response: Response) -> Response {
-        self.answered.lock().unwrap().push(Answered {
-            method: method.into(),
-            path: path.into(),
-            status: response.status().as_u16(),
-        });
+        let status = response.status().as_u16();
+        self.answered.lock().unwrap().push(Answered { method: method.into(), path: path.into(), status });
         response
     }
 
@@ -173,7 +156,7 @@ impl Store {
     async fn gate(&self, path: &str) {
         let wait = {
             let mut held = self.held.lock().unwrap();
-            match held.gates.get_mut(path) {
+            match held.get_mut(path) {
                 Some((n, arrived)) if *n > 0 => {
                     *arrived += 1;
                     if *arrived >= *n {
@@ -190,7 +173,7 @@ impl Store {
         if wait {
             loop {
                 let notified = self.released.notified();
-                if self.held.lock().unwrap().gates.get(path).is_none_or(|(n, _)| *n == 0) {
+                if self.held.lock().unwrap().get(path).is_none_or(|(n, _)| *n == 0) {
                     return;
                 }
                 notified.await;
@@ -198,8 +181,10 @@ impl Store {
         }
     }
 
-    fn forbidden(&self, method: &str, verb: &str, path: &str) -> Option<Response> {
-        (!self.allowed(verb, path)).then(|| {
+    fn forbidden(&self, method: &str, verb: &'static str, path: &str) -> Option<Response> {
+        let rbac = self.rbac.lock().unwrap().clone();
+        let allowed = rbac.is_none_or(|g| attributes(verb, path).is_some_and(|a| g.allows(&a)));
+        (!allowed).then(|| {
             self.answer(method, path, status(403, "Forbidden", &format!("RBAC: {verb} {path} is not allowed")))
         })
     }
@@ -280,7 +265,7 @@ impl Store {
         self.answer("PUT", &path, response)
     }
 
-    pub fn router<S: Clone + Send + Sync + 'static>(&self) -> Router<S> {
+    pub(super) fn router<S: Clone + Send + Sync + 'static>(&self) -> Router<S> {
         Router::new()
             .route(
                 "/api/v1/namespaces/{ns}/secrets",
