@@ -83,8 +83,10 @@ pub fn module_graphs(src: &Path) -> Result<BTreeMap<Vec<String>, Graph>> {
 pub fn assert_no_cycle(src: impl AsRef<Path>) {
     let src = src.as_ref();
     let graphs = module_graphs(src).unwrap_or_else(|e| panic!("reading {}: {e}", src.display()));
-    let report: String =
-        graphs.iter().map(|(scope, graph)| describe_cycles(graph, &scope.iter().fold(src.to_path_buf(), |p, m| p.join(m)))).collect();
+    let report: String = graphs
+        .iter()
+        .map(|(scope, graph)| describe_cycles(graph, &scope.iter().fold(src.to_path_buf(), |p, m| p.join(m))))
+        .collect();
     assert!(report.is_empty(), "{report}");
 }
 
