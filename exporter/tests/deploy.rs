@@ -767,6 +767,11 @@ fn exporter_service(r: &Render) -> &Value {
     find(&r.docs, "Service", "gpu-exporter").unwrap_or_else(|| panic!("{}: no Service gpu-exporter", r.name))
 }
 
+/// Whether a Service's `targetPort` (a name or a number) is one of `container`'s ports.
+fn is_container_port(container: &Value, target: &Value) -> bool {
+    container["ports"].as_array().unwrap().iter().any(|p| p["name"] == *target || p["containerPort"] == *target)
+}
+
 fn selects(selector: &Value, labels: &Value) -> bool {
     selector["matchLabels"].as_object().is_some_and(|m| !m.is_empty() && m.iter().all(|(k, v)| labels[k] == *v))
         && selector.get("matchExpressions").is_none()
@@ -805,11 +810,7 @@ fn the_service_monitor_scrapes_the_exporter_service_and_keeps_its_labels() {
                 .unwrap_or_else(|| panic!("{}: the Service has no port named {port}", r.name));
             let target = &service_port["targetPort"];
             assert!(
-                container["ports"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|p| p["name"] == *target || p["containerPort"] == *target),
+                is_container_port(container, target),
                 "{}: Service port {port} leads to {target}, not a port of the exporter",
                 r.name
             );
@@ -859,11 +860,7 @@ fn the_dcgm_exporter_component_serves_both_namings_behind_the_gpu_operators_serv
         let container = exporter_container(r);
         let target = &port["targetPort"];
         assert!(
-            container["ports"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|p| p["name"] == *target || p["containerPort"] == *target),
+            is_container_port(container, target),
             "{}: gpu-metrics leads to {target}, not a port of the exporter",
             r.name
         );

@@ -19,7 +19,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -50,18 +49,7 @@ fn start(pki: &Pki, exporter: &Exporter) -> (Killed, SocketAddr) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("serving custom.metrics.k8s.io")
-                && let Some(addr) = line.split("addr=").nth(1)
-            {
-                let _ = tx.send(addr.split_whitespace().next().unwrap_or_default().to_string());
-            }
-        }
-    });
-    let addr = rx.recv_timeout(Duration::from_secs(60)).expect("the adapter serves").parse().unwrap();
+    let addr = test_support::simulated::adapter_address(&mut child);
     (Killed::new(child), addr)
 }
 

@@ -162,6 +162,23 @@ fn exporter_address(child: &mut Child) -> SocketAddr {
     rx.recv_timeout(Duration::from_secs(60)).expect("the exporter listens").parse().unwrap()
 }
 
+/// The address a metrics adapter started with `--secure-port=0` serves on, from the
+/// "serving custom.metrics.k8s.io" line of its stderr (which `child` must pipe).
+pub fn adapter_address(child: &mut Child) -> SocketAddr {
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("serving custom.metrics.k8s.io")
+                && let Some(addr) = line.split("addr=").nth(1)
+            {
+                let _ = tx.send(addr.split_whitespace().next().unwrap_or_default().to_string());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60)).expect("the adapter serves").parse().unwrap()
+}
+
 /// What else a simulated node's exporter is given.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NodeOptions<'a> {
@@ -323,18 +340,7 @@ impl MetricsAdapter {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("serving custom.metrics.k8s.io")
-                    && let Some(addr) = line.split("addr=").nth(1)
-                {
-                    let _ = tx.send(addr.split_whitespace().next().unwrap_or_default().to_string());
-                }
-            }
-        });
-        let addr = rx.recv_timeout(Duration::from_secs(60)).expect("the adapter serves").parse().unwrap();
+        let addr = adapter_address(&mut child);
         MetricsAdapter { addr, dir, _process: Killed::new(child) }
     }
 
