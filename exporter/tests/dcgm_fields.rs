@@ -72,7 +72,12 @@ fn the_replacing_guide_covers_every_field_and_names_real_paths() {
     }
     let paths: Vec<&str> = guide
         .split('`')
-        .filter(|p| p.starts_with("deploy/") || p.starts_with("docs/") || p.starts_with("exporter/"))
+        .filter(|p| {
+            p.starts_with("deploy/")
+                || p.starts_with("docs/")
+                || p.starts_with("exporter/")
+                || p.starts_with("metrics-adapter/")
+        })
         .collect();
     assert!(paths.contains(&"deploy/components/dcgm-exporter-names"), "{paths:?}");
     for path in paths {
