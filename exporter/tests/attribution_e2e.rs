@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use common::{Exporter, Launch, sample, samples, write_scenario};
 use fake_kubelet::KubeletServer;
 use fake_nvml::scenario::Scenario;
-use test_support::kube_api::{ApiServer, NODE, kubeconfig, scenario_pod as api_pod, serve};
+use test_support::apiserver::{ADMIN_TOKEN, ApiServer, NODE, kubeconfig, scenario_pod as api_pod};
 
 /// Three whole H100s: GPU 0 held by `train` alone, GPU 1 time-sliced between two pods,
 /// GPU 2 nobody's.
@@ -167,14 +167,14 @@ fn no_api_configuration_degrades_and_says_so_once() {
 #[test]
 fn with_the_api_pods_carry_labels_and_an_ended_pod_leaves_while_the_kubelet_lists_it() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let api = ApiServer::default();
+    let api = ApiServer::new();
     let dir = tempfile::tempdir().unwrap();
     let scenario = Scenario::parse("node.yaml", NODE_SCENARIO).unwrap();
-    for (i, pod) in scenario.pods.iter().enumerate() {
-        api.put_object(&pod.name, api_pod(&scenario, i, "Running"));
+    for i in 0..scenario.pods.len() {
+        api.add_pod(api_pod(&scenario, i, "Running"));
     }
-    let url = runtime.block_on(serve(api.clone()));
-    let config = kubeconfig(dir.path(), &url);
+    let addr = runtime.block_on(api.serve());
+    let config = kubeconfig(dir.path(), addr, &[("test", ADMIN_TOKEN, "default")]).display().to_string();
     // The health loop would follow the same kubeconfig; this test counts the pod watch's requests only.
     let node = start(&[
         "--kubernetes.api",
@@ -199,13 +199,18 @@ fn with_the_api_pods_carry_labels_and_an_ended_pod_leaves_while_the_kubelet_list
     assert!(!info.contains("secret"), "labels outside the allowlist stay out: {info}");
 
     // The pod finishes; the kubelet still lists it, the metrics drop it at once.
-    api.put_object("train", api_pod(&scenario, 0, "Succeeded"));
+    assert_eq!(scenario.pods[0].name, "train");
+    api.add_pod(api_pod(&scenario, 0, "Succeeded"));
     let after = node.exporter.wait_metrics("train to leave", |t| !owned(t, GPU0, "train"));
     assert!(!after.contains("pod=\"train\""), "no series names the ended pod:\n{after}");
     assert!(node.kubelet.lister().list_calls() >= 1);
     assert!(sample(&after, "gpu_pod_memory_used_bytes", &[("pod", "serve-a")]).is_some());
     // Every request the exporter made was scoped to its node.
-    assert!(api.seen().iter().all(|s| s.query.get("fieldSelector").map(String::as_str) == Some(format!("spec.nodeName={NODE}").as_str())));
+    let requests = api.requests();
+    assert!(!requests.is_empty());
+    for r in &requests {
+        assert_eq!(r.param("fieldSelector"), Some(format!("spec.nodeName={NODE}")), "{r:?}");
+    }
     drop(runtime);
 }
 

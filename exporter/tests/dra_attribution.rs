@@ -11,7 +11,7 @@ mod common;
 
 use common::{Exporter, Launch, sample, samples, shipped_scenario};
 use fake_nvml::scenario::Scenario;
-use test_support::kube_api::{ApiServer, NODE, kubeconfig, scenario_pod, serve};
+use test_support::apiserver::{ADMIN_TOKEN, ApiServer, NODE, kubeconfig, scenario_pod};
 
 const GPU0: &str = "GPU-d0000000-0000-4000-8000-000000000000";
 const GPU1: &str = "GPU-d0000000-0000-4000-8000-000000000001";
@@ -35,16 +35,15 @@ fn start(slices: bool) -> Node {
     let path = shipped_scenario("dra-node");
     let scenario = Scenario::load(&path).unwrap();
     let kubelet = fake_kubelet::start_in(&scenario, dir.path()).unwrap();
-    let api = ApiServer::default();
-    for (i, pod) in scenario.pods.iter().enumerate() {
-        api.put_object(&pod.name, scenario_pod(&scenario, i, "Running"));
+    let api = ApiServer::new();
+    for i in 0..scenario.pods.len() {
+        api.add_pod(scenario_pod(&scenario, i, "Running"));
     }
     if slices {
-        let published = fake_kubelet::slices::resource_slices(&scenario, NODE);
-        api.serve_slices(published.iter().map(|s| serde_json::to_value(s).unwrap()).collect());
+        api.serve_slices(fake_kubelet::slices::resource_slices(&scenario, NODE));
     }
-    let url = runtime.block_on(serve(api.clone()));
-    let config = kubeconfig(dir.path(), &url);
+    let addr = runtime.block_on(api.serve());
+    let config = kubeconfig(dir.path(), addr, &[("test", ADMIN_TOKEN, "default")]).display().to_string();
     let at = |name: &str| dir.path().join(name).display().to_string();
     let (socket, procfs, logs) = (at("kubelet.sock"), at("proc"), at("pods"));
     let args = [
@@ -121,10 +120,10 @@ fn claimed_gpus_carry_their_pods_and_claims_like_device_plugin_ones() {
 
     // The exporter asked only for its own node's slices.
     let slice_requests: Vec<_> =
-        node.api.seen().into_iter().filter(|s| s.path == "/apis/resource.k8s.io/v1/resourceslices").collect();
+        node.api.requests().into_iter().filter(|s| s.path == "/apis/resource.k8s.io/v1/resourceslices").collect();
     assert!(!slice_requests.is_empty());
     let own_node = format!("spec.nodeName={NODE}");
-    assert!(slice_requests.iter().all(|s| s.query.get("fieldSelector") == Some(&own_node)));
+    assert!(slice_requests.iter().all(|s| s.param("fieldSelector") == Some(own_node.clone())), "{slice_requests:?}");
     assert_eq!(node.scenario.pods.len(), 5);
 }
 

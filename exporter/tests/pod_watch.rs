@@ -16,10 +16,13 @@ use gpu_exporter::attribution::pod_resources::Allocation;
 use gpu_exporter::attribution::pod_watch::{self, PodWatch};
 use gpu_exporter::attribution::{Attributor, ContainerRef};
 use gpu_exporter::snapshot::{GpuIdentity, GpuReadings, GpuSnapshot, GpuState, MemoryReading};
-use test_support::kube_api::{ApiServer, NODE, Seen, serve};
+use test_support::apiserver::{ADMIN_TOKEN, ApiServer, NODE, Recorded, node_pod};
 
+/// A client of the server at `url`, with the token of the user allowed everything.
 fn client(url: &str) -> kube::Client {
-    kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap()
+    let mut config = kube::Config::new(url.parse().unwrap());
+    config.auth_info.token = Some(ADMIN_TOKEN.to_string().into());
+    kube::Client::try_from(config).unwrap()
 }
 
 async fn eventually(what: &str, check: impl Fn() -> bool) {
@@ -51,10 +54,14 @@ fn allocation(pod: &str, device: &str) -> Allocation {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watch_follows_the_node_s_pods_and_ended_pods_leave_at_once() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let api = ApiServer::default();
-    api.put("train-a", "Running");
-    api.put("train-b", "Running");
-    let url = serve(api.clone()).await;
+    let api = ApiServer::new();
+    api.add_pod(node_pod("train-a", "Running"));
+    api.add_pod(node_pod("train-b", "Running"));
+    // A pod of another node: the node-scoped list and watch never show it.
+    let mut elsewhere = node_pod("elsewhere", "Running");
+    elsewhere.spec.as_mut().unwrap().node_name = Some("other-node".into());
+    api.add_pod(elsewhere);
+    let url = format!("http://{}", api.serve().await);
     let watch = Arc::new(PodWatch::default());
     tokio::spawn(pod_watch::run(client(&url), NODE.into(), watch.clone()));
     eventually("the first list is in", || watch.health().up && watch.directory().len() == 2).await;
@@ -71,42 +78,40 @@ async fn the_watch_follows_the_node_s_pods_and_ended_pods_leave_at_once() {
     assert_eq!(result.pod_watch.as_ref().map(|w| (w.up, w.pods)), Some((true, 2)));
 
     // Succeeded: gone from the next cycle although the kubelet still lists it.
-    api.put("train-a", "Succeeded");
+    api.add_pod(node_pod("train-a", "Succeeded"));
     eventually("train-a has ended", || watch.directory().ended("ai", "train-a")).await;
     let result = attributor.attach(&gpus);
     assert!(!result.owners.contains_key("GPU-0"), "{:?}", result.owners);
     assert!(result.usage.iter().all(|u| u.owner.pod != "train-a"));
 
     // Deleted: the same.
-    api.delete("train-b");
+    api.delete_pod("ai", "train-b");
     eventually("train-b is gone", || watch.directory().by_uid("uid-train-b").is_none()).await;
     assert!(attributor.attach(&gpus).owners.is_empty());
 
     // History compacted while a pod came: 410 on the next watch, then a relist finds it.
-    api.compact_and_add_silently("train-c", "Running");
+    api.compact_and_add_silently(node_pod("train-c", "Running"));
     eventually("the relist found train-c", || watch.directory().by_uid("uid-train-c").is_some()).await;
     assert!(watch.health().up);
     let d = watch.directory();
     assert!(d.authoritative);
     assert!(d.ended("ai", "train-a") && d.ended("ai", "train-b") && !d.ended("ai", "train-c"));
+    assert!(d.by_uid("uid-elsewhere").is_none(), "another node's pod");
+    assert_eq!(watch.health().pods, 2, "train-a (ended) and train-c; never the other node's pod");
     assert_eq!(d.by_uid("uid-train-c").and_then(|p| p.container_by_id(&format!("{:0>64}", 7))), Some("main"));
 
     // Every request was node-scoped; watches resumed from what the list or a bookmark said.
-    let seen = api.seen();
-    let lists: Vec<&Seen> = seen.iter().filter(|s| !s.query.contains_key("watch")).collect();
-    let watches: Vec<&Seen> = seen.iter().filter(|s| s.query.contains_key("watch")).collect();
+    let seen = api.requests();
+    let lists: Vec<&Recorded> = seen.iter().filter(|s| s.param("watch").is_none()).collect();
+    let watches: Vec<&Recorded> = seen.iter().filter(|s| s.param("watch").is_some()).collect();
     assert!(lists.len() >= 2, "initial list and the relist after 410: {seen:?}");
     assert!(!watches.is_empty());
     for s in &seen {
-        assert_eq!(s.path, "/api/v1/pods");
-        assert_eq!(
-            s.query.get("fieldSelector").map(String::as_str),
-            Some(format!("spec.nodeName={NODE}").as_str()),
-            "{s:?}"
-        );
+        assert_eq!((s.method.as_str(), s.path.as_str(), s.status), ("GET", "/api/v1/pods", 200), "{s:?}");
+        assert_eq!(s.param("fieldSelector"), Some(format!("spec.nodeName={NODE}")), "{s:?}");
     }
-    assert_eq!(watches[0].query.get("resourceVersion").map(String::as_str), Some("2"), "from the first list");
-    assert!(watches.iter().all(|w| w.query.get("allowWatchBookmarks").map(String::as_str) == Some("true")));
+    assert_eq!(watches[0].param("resourceVersion").as_deref(), Some("3"), "from the first list");
+    assert!(watches.iter().all(|w| w.param("allowWatchBookmarks").as_deref() == Some("true")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

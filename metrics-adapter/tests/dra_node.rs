@@ -12,7 +12,7 @@ mod support;
 
 use fake_nvml::scenario::Scenario;
 use support::node::{FROZEN_AT, MetricsAdapter, NodeOptions, SimulatedNode, repo, wait_pods};
-use test_support::kube_api::{ApiServer, NODE, kubeconfig, scenario_pod, serve};
+use test_support::apiserver::{ADMIN_TOKEN, ApiServer, NODE, kubeconfig, scenario_pod};
 
 /// The device plugin's twin of `dra-node`: every claim written as the allocation the
 /// device plugin makes of the same device.
@@ -49,16 +49,15 @@ fn a_dra_node_answers_the_hpa_as_its_device_plugin_twin_does() {
     std::fs::write(&twin_path, plugin_twin(&std::fs::read_to_string(&dra_path).unwrap())).unwrap();
     assert!(Scenario::load(&twin_path).unwrap().dra.is_none());
 
-    let api = ApiServer::default();
-    for (i, pod) in dra.pods.iter().enumerate() {
-        api.put_object(&pod.name, scenario_pod(&dra, i, "Running"));
+    let api = ApiServer::new();
+    for i in 0..dra.pods.len() {
+        api.add_pod(scenario_pod(&dra, i, "Running"));
     }
-    let slices = fake_kubelet::slices::resource_slices(&dra, NODE);
-    api.serve_slices(slices.iter().map(|s| serde_json::to_value(s).unwrap()).collect());
-    let url = runtime.block_on(serve(api));
-    let config = kubeconfig(dir.path(), &url);
+    api.serve_slices(fake_kubelet::slices::resource_slices(&dra, NODE));
+    let addr = runtime.block_on(api.serve());
+    let config = kubeconfig(dir.path(), addr, &[("test", ADMIN_TOKEN, "default")]);
 
-    let on_api = NodeOptions { kubeconfig: Some(std::path::Path::new(&config)), ..NodeOptions::default() };
+    let on_api = NodeOptions { kubeconfig: Some(&config), ..NodeOptions::default() };
     let dra_node = SimulatedNode::start_with(NODE, &dra_path, FROZEN_AT, on_api);
     let plugin_node = SimulatedNode::start_with(NODE, &twin_path, FROZEN_AT, NodeOptions::default());
     let dra_adapter = MetricsAdapter::start(&[dra_node.exporter]);

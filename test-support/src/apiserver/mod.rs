@@ -4,8 +4,11 @@
 //! - nodes and pods: get, and list with `labelSelector`, `fieldSelector` (the fields the
 //!   real server indexes) and paging (`limit`, `continue`), as full objects or metadata
 //!   only (`as=PartialObjectMetadataList`, which [`ApiServer::metadata_only`] makes the
-//!   only answer); the pod watch with history and `410 Gone` ([`watch`]); ConfigMaps:
-//!   get; EndpointSlices: list by Service;
+//!   only answer); the pod watch with history, selectors, delete events and `410 Gone`
+//!   ([`watch`]); ConfigMaps: get; EndpointSlices: list by Service;
+//! - what an exporter on one node asks ([`node`]): its pods by `spec.nodeName`, with
+//!   the container IDs the kubelet reports, and its DRA driver's ResourceSlices (list
+//!   and watch, [`slices`]);
 //! - TokenReview and SubjectAccessReview for a delegating authenticator ([`reviews`]),
 //!   API discovery ([`discovery`]), Secrets and APIServices with write semantics,
 //!   injected answers and RBAC ([`store`]);
@@ -25,11 +28,14 @@
 
 pub mod backend;
 mod discovery;
+mod listing;
+pub mod node;
 pub mod rbac;
 mod reply;
 mod reviews;
 mod routes;
 pub mod selectors;
+mod slices;
 pub mod store;
 mod watch;
 
@@ -40,9 +46,11 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use serde_json::Value;
 
 pub use backend::Backend;
+pub use node::{NODE, node_pod, scenario_pod};
 pub use rbac::Grants;
 pub use store::Store;
 
@@ -101,11 +109,13 @@ pub(crate) struct State {
     /// Lists and watches of pods and nodes answer only a metadata-only request.
     pub metadata_only: bool,
     /// Pod watch events by resource version, for watches that start behind.
-    pub pod_history: Vec<(u64, Value)>,
+    pub pod_history: Vec<watch::Event>,
     /// Watches from a version below this answer 410 Gone.
     pub compacted: u64,
     pub pod_watches: Vec<watch::Watcher>,
     pub endpoint_slices: Vec<EndpointSlice>,
+    /// `None`: the ResourceSlice API is not served (a cluster without DRA).
+    pub resource_slices: Option<Vec<ResourceSlice>>,
     /// TokenReview: token → (user, groups).
     pub tokens: BTreeMap<String, (String, Vec<String>)>,
     /// SubjectAccessReview; `None` denies everything.
@@ -165,9 +175,37 @@ impl ApiServer {
         s.resource_version += 1;
         pod.metadata.resource_version = Some(s.resource_version.to_string());
         let k = key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref());
-        let object = serde_json::to_value(&pod).unwrap();
-        let kind = if s.pods.insert(k, pod).is_some() { "MODIFIED" } else { "ADDED" };
-        s.pod_event(kind, object);
+        let kind = if s.pods.contains_key(&k) { "MODIFIED" } else { "ADDED" };
+        s.pod_event(kind, &pod);
+        s.pods.insert(k, pod);
+    }
+
+    /// Deletes pod `namespace/name`, telling open watches; nothing if there is none.
+    pub fn delete_pod(&self, namespace: &str, name: &str) {
+        let mut s = self.state();
+        let Some(mut pod) = s.pods.remove(&(namespace.into(), name.into())) else { return };
+        s.resource_version += 1;
+        pod.metadata.resource_version = Some(s.resource_version.to_string());
+        s.pod_event("DELETED", &pod);
+    }
+
+    /// Compacts the history (watches from before now answer 410 Gone), adds or replaces
+    /// a pod that no watch hears of, and closes the open pod watches: a watcher finds the
+    /// pod only by relisting after the 410, as after an etcd compaction on a real cluster.
+    pub fn compact_and_add_silently(&self, mut pod: Pod) {
+        let mut s = self.state();
+        s.resource_version += 1;
+        pod.metadata.resource_version = Some(s.resource_version.to_string());
+        let k = key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref());
+        s.pods.insert(k, pod);
+        s.compacted = s.resource_version;
+        s.pod_history.clear();
+        s.pod_watches.clear();
+    }
+
+    /// Serves these ResourceSlices from now on (before, their API answers 404).
+    pub fn serve_slices(&self, slices: Vec<ResourceSlice>) {
+        self.state().resource_slices = Some(slices);
     }
 
     /// Adds pod `namespace/name` with these labels and nothing else that matters.

@@ -10,16 +10,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use k8s_openapi::List;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
-use k8s_openapi::{List, ListableResource};
-use serde::Serialize;
 
+use super::listing::{Ask, Params, core, list, refuse, selectors, watching};
 use super::rbac::Attributes;
 use super::reply::{json, status};
 use super::selectors::Selector;
-use super::{Access, ApiServer, Recorded, User, discovery, reviews, watch};
-
-type Params = Query<BTreeMap<String, String>>;
+use super::watch::Fields;
+use super::{ApiServer, Recorded, User, discovery, reviews, slices, watch};
 
 pub(super) fn router(server: ApiServer) -> Router {
     Router::new()
@@ -33,6 +32,7 @@ pub(super) fn router(server: ApiServer) -> Router {
         .route("/api/v1/namespaces/{ns}/configmaps/{name}", get(get_config_map))
         .route("/apis/{group}/{version}/namespaces/{ns}/{resource}/{name}/{subresource}", get(aggregated))
         .route("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", get(endpoint_slices))
+        .route("/apis/resource.k8s.io/v1/resourceslices", get(slices::list_or_watch))
         .route("/apis/authentication.k8s.io/v1/tokenreviews", post(reviews::token_review))
         .route("/apis/authorization.k8s.io/v1/subjectaccessreviews", post(reviews::access_review))
         .route("/api/v1", get(discovery::core))
@@ -72,98 +72,6 @@ async fn authenticate(State(server): State<ApiServer>, req: Request, next: Next)
     let recorded = Recorded { method, path, query, body: text, user: name, status: response.status().as_u16() };
     server.state().requests.push(recorded);
     response
-}
-
-/// The 403 answer, if `user` may not make the request.
-fn refuse(user: &User, attrs: Attributes) -> Option<Response> {
-    match &user.access {
-        Access::All => None,
-        Access::Rbac(grants) if grants.allows(&attrs) => None,
-        Access::Rbac(_) => Some(status(StatusCode::FORBIDDEN, "Forbidden", attrs.forbidden_message(&user.name))),
-    }
-}
-
-fn core(verb: &'static str, resource: &str, namespace: Option<&str>, name: Option<&str>) -> Attributes {
-    Attributes {
-        verb,
-        api_group: String::new(),
-        resource: resource.into(),
-        subresource: String::new(),
-        namespace: namespace.map(str::to_string),
-        name: name.map(str::to_string),
-    }
-}
-
-/// The fields of an object a field selector may name.
-type Fields = BTreeMap<String, String>;
-
-/// How a list or watch asks to be answered.
-#[derive(Clone, Copy)]
-struct Ask {
-    /// `as=PartialObjectMetadataList` (or `PartialObjectMetadata`, for a watch).
-    metadata: bool,
-    /// The server answers only metadata-only requests.
-    metadata_only: bool,
-}
-
-impl Ask {
-    fn of(s: &ApiServer, headers: &HeaderMap) -> Ask {
-        let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or_default();
-        Ask { metadata: accept.contains("as=PartialObjectMetadata"), metadata_only: s.state().metadata_only }
-    }
-
-    /// The 406 a whole-object request gets from a metadata-only server.
-    fn refused(self) -> Option<Response> {
-        (self.metadata_only && !self.metadata)
-            .then(|| status(StatusCode::NOT_ACCEPTABLE, "NotAcceptable", "this server serves metadata only"))
-    }
-}
-
-fn watching(params: &BTreeMap<String, String>) -> bool {
-    params.get("watch").is_some_and(|w| w == "true" || w == "1")
-}
-
-/// A list as the API serves it: selectors, then a page of `limit` from `continue`.
-fn list<T: ListableResource + Serialize + Clone>(
-    objects: Vec<(T, Fields, Fields)>,
-    params: &BTreeMap<String, String>,
-    indexed: &[&str],
-    resource_version: u64,
-    ask: Ask,
-) -> Response {
-    let parse = |key: &str| Selector::parse(params.get(key).map_or("", String::as_str));
-    let (labels, fields) = match (parse("labelSelector"), parse("fieldSelector")) {
-        (Ok(l), Ok(f)) => (l, f),
-        (Err(e), _) | (_, Err(e)) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
-    };
-    if let Some(bad) = fields.keys().into_iter().find(|k| !indexed.contains(k)) {
-        return status(StatusCode::BAD_REQUEST, "BadRequest", format!("field label not supported: {bad}"));
-    }
-    let matching: Vec<T> =
-        objects.into_iter().filter(|(_, l, f)| labels.matches(l) && fields.matches(f)).map(|(o, ..)| o).collect();
-    let start: usize = params.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
-    let limit = params.get("limit").and_then(|l| l.parse().ok()).filter(|l: &usize| *l > 0).unwrap_or(usize::MAX);
-    let end = start.saturating_add(limit).min(matching.len());
-    let more = end < matching.len();
-    let page = List {
-        items: matching[start.min(end)..end].to_vec(),
-        metadata: ListMeta {
-            resource_version: Some(resource_version.to_string()),
-            continue_: more.then(|| end.to_string()),
-            ..ListMeta::default()
-        },
-    };
-    let mut value = serde_json::to_value(&page).unwrap();
-    value["kind"] = T::LIST_KIND.into();
-    value["apiVersion"] = "v1".into();
-    if ask.metadata {
-        let items: Vec<serde_json::Value> =
-            value["items"].as_array().into_iter().flatten().map(watch::metadata_of).collect();
-        value["items"] = items.into();
-        value["kind"] = "PartialObjectMetadataList".into();
-        value["apiVersion"] = "meta.k8s.io/v1".into();
-    }
-    json(&value)
 }
 
 async fn list_nodes(
@@ -219,30 +127,25 @@ fn pods(s: &ApiServer, namespace: Option<&str>, q: &BTreeMap<String, String>, he
     if let Some(r) = ask.refused() {
         return r;
     }
+    let indexed = ["metadata.name", "metadata.namespace", "spec.nodeName", "status.phase", "status.podIP"];
     if watching(q) {
+        let (labels, mut fields) = match selectors(q, &indexed) {
+            Ok(s) => s,
+            Err(response) => return *response,
+        };
+        if let Some(ns) = namespace {
+            fields = fields.and(Selector::parse(&format!("metadata.namespace={ns}")).unwrap_or_default());
+        }
         let from = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
-        return watch::pods(&mut s.state(), from, ask.metadata);
+        return watch::pods(&mut s.state(), from, (labels, fields), ask.metadata);
     }
     let state = s.state();
     let pods = state
         .pods
         .iter()
         .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
-        .map(|((ns, name), p)| {
-            let labels = p.metadata.labels.clone().unwrap_or_default();
-            let spec = p.spec.as_ref();
-            let st = p.status.as_ref();
-            let fields = Fields::from([
-                ("metadata.name".into(), name.clone()),
-                ("metadata.namespace".into(), ns.clone()),
-                ("spec.nodeName".into(), spec.and_then(|s| s.node_name.clone()).unwrap_or_default()),
-                ("status.phase".into(), st.and_then(|s| s.phase.clone()).unwrap_or_default()),
-                ("status.podIP".into(), st.and_then(|s| s.pod_ip.clone()).unwrap_or_default()),
-            ]);
-            (p.clone(), labels, fields)
-        })
+        .map(|(_, p)| (p.clone(), p.metadata.labels.clone().unwrap_or_default(), watch::pod_fields(p)))
         .collect();
-    let indexed = ["metadata.name", "metadata.namespace", "spec.nodeName", "status.phase", "status.podIP"];
     list(pods, q, &indexed, state.resource_version, ask)
 }
 

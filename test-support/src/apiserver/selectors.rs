@@ -97,6 +97,12 @@ impl Selector {
         })
     }
 
+    /// This selector and `other`: both must hold.
+    pub fn and(mut self, other: Selector) -> Selector {
+        self.0.extend(other.0);
+        self
+    }
+
     /// The keys it names (a field selector may only name fields the resource indexes).
     pub fn keys(&self) -> Vec<&str> {
         self.0

@@ -1,0 +1,124 @@
+//! How the in-test API server answers a list or watch: the RBAC attributes of the
+//! request, whether it asked for metadata only, its label and field selectors (a 400
+//! for one that does not parse or names a field the resource does not index), and a
+//! page of the matching objects.
+
+use std::collections::BTreeMap;
+
+use axum::extract::Query;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use k8s_openapi::{List, ListableResource};
+use serde::Serialize;
+
+use super::rbac::Attributes;
+use super::reply::{json, status};
+use super::selectors::Selector;
+use super::watch::{self, Fields};
+use super::{Access, ApiServer, User};
+
+pub(super) type Params = Query<BTreeMap<String, String>>;
+
+/// The 403 answer, if `user` may not make the request.
+pub(super) fn refuse(user: &User, attrs: Attributes) -> Option<Response> {
+    match &user.access {
+        Access::All => None,
+        Access::Rbac(grants) if grants.allows(&attrs) => None,
+        Access::Rbac(_) => Some(status(StatusCode::FORBIDDEN, "Forbidden", attrs.forbidden_message(&user.name))),
+    }
+}
+
+pub(super) fn core(verb: &'static str, resource: &str, namespace: Option<&str>, name: Option<&str>) -> Attributes {
+    Attributes {
+        verb,
+        api_group: String::new(),
+        resource: resource.into(),
+        subresource: String::new(),
+        namespace: namespace.map(str::to_string),
+        name: name.map(str::to_string),
+    }
+}
+
+/// How a list or watch asks to be answered.
+#[derive(Clone, Copy)]
+pub(super) struct Ask {
+    /// `as=PartialObjectMetadataList` (or `PartialObjectMetadata`, for a watch).
+    pub metadata: bool,
+    /// The server answers only metadata-only requests.
+    pub metadata_only: bool,
+}
+
+impl Ask {
+    pub(super) fn of(s: &ApiServer, headers: &HeaderMap) -> Ask {
+        let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        Ask { metadata: accept.contains("as=PartialObjectMetadata"), metadata_only: s.state().metadata_only }
+    }
+
+    /// The 406 a whole-object request gets from a metadata-only server.
+    pub(super) fn refused(self) -> Option<Response> {
+        (self.metadata_only && !self.metadata)
+            .then(|| status(StatusCode::NOT_ACCEPTABLE, "NotAcceptable", "this server serves metadata only"))
+    }
+}
+
+pub(super) fn watching(params: &BTreeMap<String, String>) -> bool {
+    params.get("watch").is_some_and(|w| w == "true" || w == "1")
+}
+
+/// The label and field selectors of a list or watch; a 400 when one does not parse or
+/// names a field the resource does not index (`indexed`). Boxed: a response is large.
+pub(super) fn selectors(
+    params: &BTreeMap<String, String>,
+    indexed: &[&str],
+) -> Result<(Selector, Selector), Box<Response>> {
+    let parse = |key: &str| Selector::parse(params.get(key).map_or("", String::as_str));
+    let (labels, fields) = match (parse("labelSelector"), parse("fieldSelector")) {
+        (Ok(l), Ok(f)) => (l, f),
+        (Err(e), _) | (_, Err(e)) => return Err(Box::new(status(StatusCode::BAD_REQUEST, "BadRequest", e))),
+    };
+    if let Some(bad) = fields.keys().into_iter().find(|k| !indexed.contains(k)) {
+        let message = format!("field label not supported: {bad}");
+        return Err(Box::new(status(StatusCode::BAD_REQUEST, "BadRequest", message)));
+    }
+    Ok((labels, fields))
+}
+
+/// A list as the API serves it: selectors, then a page of `limit` from `continue`.
+pub(super) fn list<T: ListableResource + Serialize + Clone>(
+    objects: Vec<(T, Fields, Fields)>,
+    params: &BTreeMap<String, String>,
+    indexed: &[&str],
+    resource_version: u64,
+    ask: Ask,
+) -> Response {
+    let (labels, fields) = match selectors(params, indexed) {
+        Ok(s) => s,
+        Err(response) => return *response,
+    };
+    let matching: Vec<T> =
+        objects.into_iter().filter(|(_, l, f)| labels.matches(l) && fields.matches(f)).map(|(o, ..)| o).collect();
+    let start: usize = params.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let limit = params.get("limit").and_then(|l| l.parse().ok()).filter(|l: &usize| *l > 0).unwrap_or(usize::MAX);
+    let end = start.saturating_add(limit).min(matching.len());
+    let more = end < matching.len();
+    let page = List {
+        items: matching[start.min(end)..end].to_vec(),
+        metadata: ListMeta {
+            resource_version: Some(resource_version.to_string()),
+            continue_: more.then(|| end.to_string()),
+            ..ListMeta::default()
+        },
+    };
+    let mut value = serde_json::to_value(&page).unwrap();
+    value["kind"] = T::LIST_KIND.into();
+    value["apiVersion"] = T::API_VERSION.into();
+    if ask.metadata {
+        let items: Vec<serde_json::Value> =
+            value["items"].as_array().into_iter().flatten().map(watch::metadata_of).collect();
+        value["items"] = items.into();
+        value["kind"] = "PartialObjectMetadataList".into();
+        value["apiVersion"] = "meta.k8s.io/v1".into();
+    }
+    json(&value)
+}
