@@ -150,33 +150,33 @@ pub struct SimulatedNode {
 }
 
 fn exporter_address(child: &mut Child) -> SocketAddr {
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("\"address\":\"").nth(1) {
-                let _ = tx.send(rest.split('"').next().unwrap_or_default().to_string());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(60)).expect("the exporter listens").parse().unwrap()
+    address_from_stderr(child, "the exporter listens", |line| {
+        Some(line.split("\"address\":\"").nth(1)?.split('"').next().unwrap_or_default().to_string())
+    })
 }
 
 /// The address a metrics adapter started with `--secure-port=0` serves on, from the
 /// "serving custom.metrics.k8s.io" line of its stderr (which `child` must pipe).
 pub fn adapter_address(child: &mut Child) -> SocketAddr {
+    address_from_stderr(child, "the adapter serves", |line| {
+        let addr = line.contains("serving custom.metrics.k8s.io").then(|| line.split("addr=").nth(1))??;
+        Some(addr.split_whitespace().next().unwrap_or_default().to_string())
+    })
+}
+
+/// The first address `find` reads from a line of the child's piped stderr, within 60 s;
+/// the rest of stderr is drained so that the child never blocks on a full pipe.
+fn address_from_stderr(child: &mut Child, what: &str, find: fn(&str) -> Option<String>) -> SocketAddr {
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("serving custom.metrics.k8s.io")
-                && let Some(addr) = line.split("addr=").nth(1)
-            {
-                let _ = tx.send(addr.split_whitespace().next().unwrap_or_default().to_string());
+            if let Some(addr) = find(&line) {
+                let _ = tx.send(addr);
             }
         }
     });
-    rx.recv_timeout(Duration::from_secs(60)).expect("the adapter serves").parse().unwrap()
+    rx.recv_timeout(Duration::from_secs(60)).expect(what).parse().unwrap()
 }
 
 /// What else a simulated node's exporter is given.
