@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use clap::{CommandFactory as _, Parser as _};
 use flag_ranges::table::{self, Row, row, run_to_exit};
 use gpu_exporter::config::Args;
-use test_support::fake_api::{FakeApi, gpu_node};
+use test_support::apiserver::ApiServer;
+use test_support::cluster::registered_node;
 
 const ROWS: &[Row] = &[
     row("collect-interval", "GPU_EXPORTER_COLLECT_INTERVAL", "100ms to 5m", ["100ms", "5m"], ["99ms", "5m1ms"]),
@@ -201,8 +202,8 @@ fn a_refused_setting_makes_no_api_request() {
 
     // The control: with valid settings the same command does talk to the API server, so
     // silence below is the refusal's doing, not a kubeconfig that leads nowhere.
-    let control = FakeApi::start();
-    control.add_node(gpu_node("test-node"));
+    let control = ApiServer::open().run();
+    control.add_node(registered_node("test-node"));
     let config = control.kubeconfig(dir.path());
     let exporter = common::spawn(exporter_command(dir.path(), &config, &[], &[]));
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -212,8 +213,8 @@ fn a_refused_setting_makes_no_api_request() {
     assert!(!control.requests().is_empty(), "the valid exporter never reached the API; logs:\n{}", exporter.logs());
     drop(exporter);
 
-    let api = FakeApi::start();
-    api.add_node(gpu_node("test-node"));
+    let api = ApiServer::open().run();
+    api.add_node(registered_node("test-node"));
     let config = api.kubeconfig(dir.path());
     let cases: [Refusal; 5] = [
         // Out of range, from the original deployment's variable.

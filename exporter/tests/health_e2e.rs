@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::{Exporter, sample, wait_for, write_scenario};
 use serde_json::{Value, json};
-use test_support::fake_api::{Expect, FakeApi, Request, gpu_node};
+use test_support::apiserver::{ApiServer, Expect, Recorded, Running};
+use test_support::cluster::registered_node;
 
 const TAINT: &str = "gpu-telemetry.io/gpu-unhealthy";
 const CLAIM: &str = "gpu-telemetry.io/gpu-health";
@@ -74,7 +75,7 @@ fn launch(name: &str, node: &Node, kubeconfig: &Path, extra: &[&str]) -> Exporte
     e
 }
 
-fn kubeconfig(api: &FakeApi, dir: &tempfile::TempDir) -> PathBuf {
+fn kubeconfig(api: &Running, dir: &tempfile::TempDir) -> PathBuf {
     api.kubeconfig(dir.path())
 }
 
@@ -94,8 +95,8 @@ fn condition(node: &Value) -> Option<String> {
         .map(|c| c["status"].as_str().unwrap_or("").to_string())
 }
 
-fn touches_scheduling(r: &Request) -> bool {
-    r.body.pointer("/spec/unschedulable").is_some() || r.body.pointer("/spec/taints").is_some()
+fn touches_scheduling(r: &Recorded) -> bool {
+    r.json().pointer("/spec/unschedulable").is_some() || r.json().pointer("/spec/taints").is_some()
 }
 
 const XID_79_LOST_RESET: &str = "gpus:
@@ -106,8 +107,8 @@ const XID_79_LOST_RESET: &str = "gpus:
 
 #[test]
 fn xid_79_cordons_and_taints_within_two_seconds_of_the_event() {
-    let api = FakeApi::start();
-    api.add_node(gpu_node("test-node"));
+    let api = ApiServer::open().run();
+    api.add_node(registered_node("test-node"));
     let dir = tempfile::tempdir().unwrap();
     let node = Node::new("gpus: [{model: A100-SXM4-80GB, faults: [{at_s: 10, xid: 79}]}, {model: A100-SXM4-80GB}]\n");
     let e = launch("test-node", &node, &kubeconfig(&api, &dir), &["--health.check-interval", "60"]);
@@ -119,10 +120,11 @@ fn xid_79_cordons_and_taints_within_two_seconds_of_the_event() {
     wait_for(Duration::from_secs(10), || api.node("test-node")["spec"]["unschedulable"] == true)
         .unwrap_or_else(|| panic!("not cordoned; logs:\n{}", e.logs()));
     let cordon =
-        api.writes().into_iter().find(|r| r.body.pointer("/spec/unschedulable") == Some(&json!(true))).unwrap();
+        api.writes().into_iter().find(|r| r.json().pointer("/spec/unschedulable") == Some(&json!(true))).unwrap();
     let took = cordon.at.duration_since(event);
     assert!(took < Duration::from_secs(2), "cordon and taint {took:?} after the XID (check interval 60 s)");
-    let taints = cordon.body["spec"]["taints"].as_array().unwrap();
+    let cordon = cordon.json();
+    let taints = cordon["spec"]["taints"].as_array().unwrap();
     assert!(taints.iter().any(|t| t["key"] == TAINT && t["value"] == "Xid79" && t["effect"] == "NoSchedule"));
     let n = api.node("test-node");
     assert_eq!(claim(&n).unwrap()["applied"], json!({"cordon": true, "taint": "Xid79"}));
@@ -141,8 +143,8 @@ fn xid_79_cordons_and_taints_within_two_seconds_of_the_event() {
 
 #[test]
 fn a_temperature_flapping_around_the_threshold_never_cordons() {
-    let api = FakeApi::start();
-    api.add_node(gpu_node("test-node"));
+    let api = ApiServer::open().run();
+    api.add_node(registered_node("test-node"));
     let dir = tempfile::tempdir().unwrap();
     let node = Node::new(
         "gpus:
@@ -176,8 +178,8 @@ fn a_temperature_flapping_around_the_threshold_never_cordons() {
 
 #[test]
 fn an_admin_cordoned_node_is_never_uncordoned() {
-    let api = FakeApi::start();
-    api.add_node(gpu_node("test-node"));
+    let api = ApiServer::open().run();
+    api.add_node(registered_node("test-node"));
     api.patch_node_as("test-node", "kubectl-cordon", json!({"spec": {"unschedulable": true}}));
     let dir = tempfile::tempdir().unwrap();
     let node = Node::new(XID_79_LOST_RESET);
@@ -202,7 +204,7 @@ fn an_admin_cordoned_node_is_never_uncordoned() {
     assert!(claim(&n).is_none());
     wait_for(Duration::from_secs(5), || condition(&api.node("test-node")).as_deref() == Some("True")).unwrap();
     for w in api.writes() {
-        assert!(w.body.pointer("/spec/unschedulable").is_none(), "touched unschedulable: {}", w.describe());
+        assert!(w.json().pointer("/spec/unschedulable").is_none(), "touched unschedulable: {}", w.describe());
     }
     // The Event is written after the condition, so it may land a moment later.
     wait_for(Duration::from_secs(5), || !api.events_with_reason("GPURecovered").is_empty())
@@ -214,9 +216,9 @@ fn an_admin_cordoned_node_is_never_uncordoned() {
 
 #[test]
 fn the_breaker_stops_the_third_node_of_a_twenty_node_fleet() {
-    let api = FakeApi::start();
+    let api = ApiServer::open().run();
     for i in 1..=20 {
-        api.add_node(gpu_node(&format!("gpu-{i:02}")));
+        api.add_node(registered_node(&format!("gpu-{i:02}")));
     }
     let dir = tempfile::tempdir().unwrap();
     let node = Node::new(XID_79_LOST_RESET);
@@ -257,8 +259,8 @@ fn the_breaker_stops_the_third_node_of_a_twenty_node_fleet() {
 
 #[test]
 fn an_exporter_restart_in_mid_quarantine_changes_nothing() {
-    let api = FakeApi::start();
-    api.add_node(gpu_node("test-node"));
+    let api = ApiServer::open().run();
+    api.add_node(registered_node("test-node"));
     let dir = tempfile::tempdir().unwrap();
     let node = Node::new(XID_79_LOST_RESET);
     let config = kubeconfig(&api, &dir);
@@ -287,8 +289,8 @@ fn an_exporter_restart_in_mid_quarantine_changes_nothing() {
 
 #[test]
 fn dry_run_changes_nothing_but_its_record() {
-    let api = FakeApi::start();
-    api.add_node(gpu_node("test-node"));
+    let api = ApiServer::open().run();
+    api.add_node(registered_node("test-node"));
     let dir = tempfile::tempdir().unwrap();
     let node = Node::new("gpus: [{model: H100-SXM5-80GB, faults: [{at_s: 10, xid: 79}]}]\n");
     api.expect(Expect::patch("/api/v1/nodes/test-node").lacks("/spec").body(
@@ -316,8 +318,8 @@ fn dry_run_changes_nothing_but_its_record() {
 
 #[test]
 fn kubernetes_api_off_sends_not_one_request_and_reports_what_it_would_do() {
-    let api = FakeApi::start();
-    api.add_node(gpu_node("test-node"));
+    let api = ApiServer::open().run();
+    api.add_node(registered_node("test-node"));
     let dir = tempfile::tempdir().unwrap();
     let node = Node::new(XID_79_LOST_RESET);
     // A working kubeconfig, in the environment: `off` must keep the whole process away from it.
@@ -368,14 +370,14 @@ fn dra_node_with_xid(gpu: usize) -> (Node, Value) {
 }
 
 /// Ten GPU nodes serving `resource.k8s.io/v1` with DeviceTaintRules; `dra-node` has 4 GPUs.
-fn dra_cluster(slices: Value) -> FakeApi {
-    let api = FakeApi::start();
+fn dra_cluster(slices: Value) -> Running {
+    let api = ApiServer::open().run();
     api.serve_resource_api(&["v1"], &["v1"]);
-    api.serve_slices(slices.as_array().unwrap().clone());
+    api.serve_slices(serde_json::from_value(slices).unwrap());
     for (name, gpus) in
         std::iter::once(("dra-node".to_string(), "4")).chain((2..=10).map(|i| (format!("gpu-{i:02}"), "8")))
     {
-        let mut node = gpu_node(&name);
+        let mut node = registered_node(&name);
         node["metadata"]["labels"]["nvidia.com/gpu.count"] = json!(gpus);
         api.add_node(node);
     }

@@ -326,21 +326,22 @@ impl Breaker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use test_support::fake_api::{FakeApi, gpu_node};
+    use test_support::apiserver::{ApiServer, Running};
+    use test_support::cluster::registered_node;
 
     const NS: &str = "gpu-telemetry";
     const MAP: &str = "gpu-health-breaker";
 
     /// 20 GPU nodes: the breaker's default 10 % lets 2 be quarantined at once.
-    fn cluster() -> FakeApi {
-        let api = FakeApi::start();
+    fn cluster() -> Running {
+        let api = ApiServer::open().run();
         for i in 1..=20 {
-            api.add_node(gpu_node(&format!("gpu-{i:02}")));
+            api.add_node(registered_node(&format!("gpu-{i:02}")));
         }
         api
     }
 
-    fn breaker(api: &FakeApi, node: &str) -> Breaker {
+    fn breaker(api: &Running, node: &str) -> Breaker {
         let mut config = kube::Config::new(api.url().parse().unwrap());
         config.default_retry = false;
         let client = kube::Client::try_from(config).unwrap();
@@ -350,11 +351,11 @@ mod tests {
         Breaker::new(client, NS, settings.breaker, settings.names, node, backoff, Arc::new(|_, _| {}), ten_checks)
     }
 
-    fn listings(api: &FakeApi) -> usize {
+    fn listings(api: &Running) -> usize {
         api.requests().iter().filter(|r| r.method == "GET" && r.path == "/api/v1/nodes").count()
     }
 
-    fn places(api: &FakeApi, map: &str) -> Vec<String> {
+    fn places(api: &Running, map: &str) -> Vec<String> {
         let data = api.config_map(NS, map).map(|m| m["data"].clone()).unwrap_or_default();
         data.as_object().map(|d| d.keys().cloned().collect()).unwrap_or_default()
     }
@@ -368,7 +369,7 @@ mod tests {
         assert_eq!((d.quarantined, d.limit, d.fleet), (1, 2, 20));
         assert_eq!(places(&api, MAP), ["gpu-01"]);
         let put = api.writes().into_iter().find(|w| w.method == "PUT").unwrap();
-        assert!(put.body["metadata"]["resourceVersion"].is_string(), "the PUT carries the version read");
+        assert!(put.json()["metadata"]["resourceVersion"].is_string(), "the PUT carries the version read");
         assert!(b.acquire(SystemTime::now()).await.unwrap().holds, "a node that holds a place is granted again");
         b.release().await.unwrap();
         assert!(places(&api, MAP).is_empty());

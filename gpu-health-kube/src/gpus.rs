@@ -230,18 +230,19 @@ mod tests {
     use gpu_health::policy::HeldGpu;
     use gpu_health::{fixtures, time};
     use serde_json::json;
-    use test_support::fake_api::{FakeApi, gpu_node};
+    use test_support::apiserver::{ApiServer, Running};
+    use test_support::cluster::registered_node;
 
     const NODE: &str = "gpu-01";
     const GPUS: &str = "gpu-health-breaker-gpus";
 
-    fn start(api: &FakeApi) -> (HealthLoop, Kube) {
-        api.add_node(gpu_node(NODE));
+    fn start(api: &Running) -> (HealthLoop, Kube) {
+        api.add_node(registered_node(NODE));
         let settings = crate::config::tests::settings(&["--health.namespace", "gpu-telemetry"]);
         HealthLoop::for_test(settings, NODE, &api.url())
     }
 
-    fn rule_lists(api: &FakeApi) -> usize {
+    fn rule_lists(api: &Running) -> usize {
         api.requests().iter().filter(|r| r.method == "GET" && r.path.ends_with("/devicetaintrules")).count()
     }
 
@@ -264,7 +265,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_device_taints_failed_gpus_are_held_with_their_node() {
-        let api = FakeApi::start();
+        let api = ApiServer::open().run();
         let (mut l, kube) = start(&api);
         assert!(l.restore_rules(&kube, &NodeView::default()).await, "the policy learnt something");
         assert!(l.rules_restored);
@@ -277,7 +278,7 @@ mod tests {
 
     #[tokio::test]
     async fn rules_are_listed_only_while_a_gpu_is_held_alone() {
-        let api = FakeApi::start();
+        let api = ApiServer::open().run();
         api.serve_resource_api(&["v1"], &["v1"]);
         let (mut l, kube) = start(&api);
         let names = l.settings.names.clone();
@@ -311,7 +312,7 @@ mod tests {
 
     #[tokio::test]
     async fn gpu_places_no_rule_holds_are_given_back_once() {
-        let api = FakeApi::start();
+        let api = ApiServer::open().run();
         api.serve_resource_api(&["v1"], &["v1"]);
         let (mut l, kube) = start(&api);
         assert!(l.restore_rules(&kube, &NodeView::default()).await);

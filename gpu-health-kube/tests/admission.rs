@@ -21,7 +21,8 @@ use gpu_health::plan::{Devices, Mode, Permit, RuleWrite, plan, plan_with};
 use gpu_health::policy::{HeldGpu, Reason, Verdict};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
-use test_support::fake_api::{apply_node_patch, gpu_node};
+use test_support::apiserver::apply_node_patch;
+use test_support::cluster::registered_node;
 
 const EXPORTER: &str = "system:serviceaccount:gpu-telemetry:gpu-exporter";
 
@@ -157,7 +158,7 @@ fn patched(node: &Value, patch: &Value, status: bool) -> Value {
 #[test]
 fn the_loops_own_writes_are_admitted() {
     let p = policy();
-    let old = gpu_node("gpu-01");
+    let old = registered_node("gpu-01");
     let now = SystemTime::now();
     // Quarantine: cordon, taint, annotation; then the condition.
     let q = plan(&view(&old), &sick(), Mode::Enforce, &Permit::Granted, &names(), now);
@@ -204,13 +205,13 @@ fn the_loops_own_writes_are_admitted() {
 #[test]
 fn everything_else_is_refused() {
     let p = policy();
-    let old = gpu_node("gpu-01");
+    let old = registered_node("gpu-01");
     let denied = |r: Req, why: &str| {
         let out = admit(&p, &r);
         assert!(out.as_deref().is_some_and(|m| m.contains(why)), "expected refusal with {why:?}, got {out:?}");
     };
     // Another node.
-    let other = gpu_node("gpu-02");
+    let other = registered_node("gpu-02");
     let mut cordoned = other.clone();
     cordoned["spec"]["unschedulable"] = json!(true);
     denied(req("nodes", "", "UPDATE", other, cordoned), "only its own node");
@@ -262,7 +263,7 @@ fn everything_else_is_refused() {
 #[test]
 fn other_users_are_not_this_policys_business() {
     let p = policy();
-    let old = gpu_node("gpu-02");
+    let old = registered_node("gpu-02");
     let mut cordoned = old.clone();
     cordoned["spec"]["unschedulable"] = json!(true);
     let mut r = req("nodes", "", "UPDATE", old, cordoned);
@@ -291,7 +292,7 @@ fn gpu_held() -> Verdict {
 fn created_rule(effect: Effect) -> Value {
     let devices = Devices { rules: Some(&[]), permit: Permit::Granted, effect };
     let p = plan_with(
-        &view(&gpu_node("gpu-01")),
+        &view(&registered_node("gpu-01")),
         &gpu_held(),
         Mode::Enforce,
         &Permit::NotAsked,
@@ -326,7 +327,7 @@ fn the_loops_device_taint_writes_are_admitted() {
     }
     let rule = created_rule(Effect::NoSchedule);
     // The node patch of the same plan: the claim only.
-    let old = gpu_node("gpu-01");
+    let old = registered_node("gpu-01");
     let devices = Devices { rules: Some(&[]), permit: Permit::Granted, effect: Effect::NoSchedule };
     let q = plan_with(&view(&old), &gpu_held(), Mode::Enforce, &Permit::NotAsked, &names(), now, &devices);
     let recorded = patched(&old, q.node_patch.as_ref().unwrap(), false);

@@ -16,7 +16,8 @@ use gpu_health::observation::DraDevice;
 use gpu_health::policy::Health;
 use serde_json::{Value, json};
 use support::{Cycle, DRIVER, Loop, NS, device, lost, node_snapshot, settings, uuid, xid, xid79};
-use test_support::fake_api::{Expect, FakeApi, MERGE, gpu_node};
+use test_support::apiserver::{ApiServer, Expect, MERGE, Running};
+use test_support::cluster::registered_node;
 
 const NODE: &str = "gpu-01";
 const CM: &str = "/api/v1/namespaces/gpu-telemetry/configmaps";
@@ -35,11 +36,11 @@ fn our_rule(node: &str, i: u32) -> String {
 }
 
 /// A cluster of `n` GPU nodes serving DeviceTaintRules in `versions`.
-fn cluster(n: usize, versions: &[&str]) -> FakeApi {
-    let api = FakeApi::start();
+fn cluster(n: usize, versions: &[&str]) -> Running {
+    let api = ApiServer::open().run();
     api.serve_resource_api(versions, versions);
     for i in 1..=n {
-        api.add_node(gpu_node(&format!("gpu-{i:02}")));
+        api.add_node(registered_node(&format!("gpu-{i:02}")));
     }
     api
 }
@@ -75,8 +76,8 @@ fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-fn cordons(api: &FakeApi) -> usize {
-    api.writes().iter().filter(|w| w.body.pointer("/spec/unschedulable") == Some(&json!(true))).count()
+fn cordons(api: &Running) -> usize {
+    api.writes().iter().filter(|w| w.json().pointer("/spec/unschedulable") == Some(&json!(true))).count()
 }
 
 #[test]
@@ -360,10 +361,10 @@ fn a_rule_whose_claim_was_never_written_is_taken_back_after_a_restart() {
 
 #[test]
 fn a_cluster_without_device_taints_quarantines_the_node_and_says_why() {
-    let api = FakeApi::start();
+    let api = ApiServer::open().run();
     // resource.k8s.io is served (ResourceSlices), but no version serves DeviceTaintRules.
     api.serve_resource_api(&["v1"], &[]);
-    api.add_node(gpu_node(NODE));
+    api.add_node(registered_node(NODE));
     let l = Loop::start(NODE, settings(&[]), &api.url(), eight(NODE, 1, true, &[3]));
     l.wait("quarantine", Duration::from_secs(10), |v| v.quarantined);
     let message = condition(&api.node(NODE)).1;
@@ -457,8 +458,8 @@ fn a_v1beta2_cluster_gets_v1beta2_rules_and_no_execute_when_asked() {
     wait_until("our rule", Duration::from_secs(10), || api.device_taint_rules().len() == 1);
     let create = api.writes().into_iter().find(|w| w.path.ends_with("devicetaintrules")).unwrap();
     assert_eq!(create.path, "/apis/resource.k8s.io/v1beta2/devicetaintrules");
-    assert_eq!(create.body["apiVersion"], "resource.k8s.io/v1beta2");
-    assert_eq!(create.body["spec"]["taint"]["effect"], "NoExecute");
+    assert_eq!(create.json()["apiVersion"], "resource.k8s.io/v1beta2");
+    assert_eq!(create.json()["spec"]["taint"]["effect"], "NoExecute");
     assert_eq!(l.view().device_taints, "v1beta2");
     assert_eq!(l.view().device_taint_effect, "NoExecute");
     // The primary reason moves (the GPU is also lost; Xid79 stays, needing a reset) —
@@ -474,6 +475,6 @@ fn a_v1beta2_cluster_gets_v1beta2_rules_and_no_execute_when_asked() {
     });
     let patch = api.writes().into_iter().find(|w| w.method == "PATCH" && w.path.contains("devicetaintrules")).unwrap();
     assert_eq!(patch.content_type, MERGE);
-    assert!(patch.body["metadata"]["resourceVersion"].is_string());
+    assert!(patch.json()["metadata"]["resourceVersion"].is_string());
     api.assert_no_failures();
 }

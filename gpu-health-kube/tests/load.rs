@@ -7,7 +7,7 @@
 //! cargo test -p gpu-health-kube --test load -- --nocapture
 //! ```
 //!
-//! Request counts are asserted; times are not.
+//! Recorded counts are asserted; times are not.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,7 +20,8 @@ use gpu_health::node_state::{Applied, Claim, Found, Overridden, QuarantineState}
 use gpu_health::policy::{Health, Needs, Reason};
 use serde_json::{Value, json};
 use support::{Loop, NS, node_snapshot, settings, snapshot, xid79};
-use test_support::fake_api::{FakeApi, Request, gpu_node};
+use test_support::apiserver::{ApiServer, Recorded, Running};
+use test_support::cluster::registered_node;
 
 /// GPU nodes in the cluster.
 const FLEET: usize = 1000;
@@ -60,11 +61,11 @@ fn quarantined_claim(node: &str) -> String {
 
 /// `FLEET` GPU nodes; the last `quarantined` of them quarantined by the loop and
 /// holding their places in the breaker.
-fn cluster(quarantined: usize) -> FakeApi {
-    let api = FakeApi::start();
+fn cluster(quarantined: usize) -> Running {
+    let api = ApiServer::open().run();
     let mut places = serde_json::Map::new();
     for i in 1..=FLEET {
-        let mut node = gpu_node(&name(i));
+        let mut node = registered_node(&name(i));
         if i > FLEET - quarantined {
             node["metadata"]["annotations"]["gpu-telemetry.io/gpu-health"] = json!(quarantined_claim(&name(i)));
             node["spec"]["unschedulable"] = json!(true);
@@ -116,7 +117,7 @@ impl Figures {
     }
 }
 
-fn kind(r: &Request) -> &'static str {
+fn kind(r: &Recorded) -> &'static str {
     let parts: Vec<&str> = r.path.trim_start_matches('/').split('/').collect();
     match (r.method.as_str(), parts.as_slice()) {
         ("GET", ["api", "v1", "nodes"]) => "list nodes",
@@ -129,7 +130,7 @@ fn kind(r: &Request) -> &'static str {
 }
 
 /// Counts the requests of `CHECKS` checks, from one check's start to another's.
-fn measure(api: &FakeApi, l: &Loop) -> Figures {
+fn measure(api: &Running, l: &Loop) -> Figures {
     l.wait_checks(1);
     let from = api.requests().len();
     let start = l.checks();

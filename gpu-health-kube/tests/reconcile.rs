@@ -12,7 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 use gpu_health::policy::Health;
 use serde_json::{Value, json};
 use support::{Loop, NS, lost, settings, snapshot, uncorrected, xid79};
-use test_support::fake_api::{Expect, FakeApi, gpu_node};
+use test_support::apiserver::{ApiServer, Expect, Running};
+use test_support::cluster::registered_node;
 
 const CM: &str = "/api/v1/namespaces/gpu-telemetry/configmaps";
 const EVENTS: &str = "/api/v1/namespaces/default/events";
@@ -20,9 +21,9 @@ const TAINT: &str = "gpu-telemetry.io/gpu-unhealthy";
 /// Why a device-plugin node's GPU 0 holds the whole node.
 const DEVICE_PLUGIN: &str = "GPU 0 is handed out by a device plugin, which cannot keep a single GPU from the scheduler";
 
-fn fleet(api: &FakeApi, n: usize) {
+fn fleet(api: &Running, n: usize) {
     for i in 1..=n {
-        api.add_node(gpu_node(&format!("gpu-{i:02}")));
+        api.add_node(registered_node(&format!("gpu-{i:02}")));
     }
 }
 
@@ -43,7 +44,7 @@ fn has_our_taint(body: &Value) -> bool {
 
 #[test]
 fn quarantine_and_recovery_write_exactly_the_scripted_requests() {
-    let api = FakeApi::start();
+    let api = ApiServer::open().run();
     fleet(&api, 20);
     let node = "/api/v1/nodes/gpu-01";
     let status = "/api/v1/nodes/gpu-01/status";
@@ -177,7 +178,7 @@ fn quarantine_and_recovery_write_exactly_the_scripted_requests() {
 
 #[test]
 fn nodes_deciding_at_once_never_pass_the_breaker_together() {
-    let api = FakeApi::start();
+    let api = ApiServer::open().run();
     fleet(&api, 20);
     let snapshots: Vec<Loop> =
         (1..=5).map(|i| Loop::start(&format!("gpu-{i:02}"), settings(&[]), &api.url(), snapshot(1, |_| {}))).collect();
@@ -216,10 +217,10 @@ fn an_unreachable_api_server_delays_the_action_but_neither_loses_nor_repeats_it(
         v.health == Health::Unhealthy && v.api == "unreachable" && v.api_errors.keys().any(|(_, e)| e == "unreachable")
     });
 
-    let api = FakeApi::start_on(port);
+    let api = ApiServer::open().run_on(port);
     fleet(&api, 20);
     l.wait("the node quarantined", Duration::from_secs(20), |v| v.quarantined && v.api == "connected");
-    let cordons = api.writes().iter().filter(|r| r.body.pointer("/spec/unschedulable") == Some(&json!(true))).count();
+    let cordons = api.writes().iter().filter(|r| r.json().pointer("/spec/unschedulable") == Some(&json!(true))).count();
     assert_eq!(cordons, 1);
     assert_eq!(api.events_with_reason("GPUQuarantined").len(), 1);
 
@@ -235,7 +236,7 @@ fn an_unreachable_api_server_delays_the_action_but_neither_loses_nor_repeats_it(
 
 #[test]
 fn an_admin_who_lifts_or_takes_over_the_cordon_is_not_fought() {
-    let api = FakeApi::start();
+    let api = ApiServer::open().run();
     fleet(&api, 20);
     let l = Loop::start("gpu-01", settings(&[]), &api.url(), snapshot(1, uncorrected(1)));
     l.wait("quarantine", Duration::from_secs(10), |v| v.quarantined);
@@ -250,7 +251,7 @@ fn an_admin_who_lifts_or_takes_over_the_cordon_is_not_fought() {
     let checks = l.checks();
     l.wait("more checks", Duration::from_secs(5), |v| v.checks.values().sum::<u64>() >= checks + 3);
     assert!(api.node("gpu-01")["spec"].get("unschedulable").is_none(), "not cordoned again");
-    let cordons = api.writes().iter().filter(|r| r.body.pointer("/spec/unschedulable") == Some(&json!(true))).count();
+    let cordons = api.writes().iter().filter(|r| r.json().pointer("/spec/unschedulable") == Some(&json!(true))).count();
     assert_eq!(cordons, 1);
 
     // The admin cordons it for their own reasons; on recovery it stays cordoned and
@@ -264,15 +265,15 @@ fn an_admin_who_lifts_or_takes_over_the_cordon_is_not_fought() {
     assert_eq!(n["spec"]["unschedulable"], true, "the admin's cordon stays");
     assert!(!n["spec"]["taints"].as_array().unwrap().iter().any(|t| t["key"] == TAINT));
     for w in &api.writes()[before..] {
-        assert!(w.body.pointer("/spec/unschedulable").is_none(), "touched unschedulable: {}", w.describe());
+        assert!(w.json().pointer("/spec/unschedulable").is_none(), "touched unschedulable: {}", w.describe());
     }
     api.assert_no_failures();
 }
 
 #[test]
 fn an_opted_out_node_gets_no_write_at_all() {
-    let api = FakeApi::start();
-    let mut n = gpu_node("gpu-01");
+    let api = ApiServer::open().run();
+    let mut n = registered_node("gpu-01");
     n["metadata"]["labels"]["gpu-telemetry.io/gpu-health-opt-out"] = json!("true");
     api.add_node(n);
     let l = Loop::start("gpu-01", settings(&[]), &api.url(), snapshot(1, xid79));
@@ -284,7 +285,7 @@ fn an_opted_out_node_gets_no_write_at_all() {
 
 #[test]
 fn an_operator_reset_acknowledgement_releases_a_reset_the_loop_could_not_see() {
-    let api = FakeApi::start();
+    let api = ApiServer::open().run();
     fleet(&api, 20);
     let l = Loop::start("gpu-01", settings(&[]), &api.url(), snapshot(1, xid79));
     l.wait("quarantine", Duration::from_secs(10), |v| v.quarantined);
@@ -313,7 +314,7 @@ fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
     use gpu_health::node_state::{Applied, Claim, Found, GpuClaim, Overridden, QuarantineState};
     use gpu_health::policy::{Latch, Needs, Reason};
 
-    let api = FakeApi::start();
+    let api = ApiServer::open().run();
     fleet(&api, 20);
     let reason = Reason {
         gpu: Some(0),
@@ -378,7 +379,7 @@ fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
 
 #[test]
 fn a_breaker_that_cannot_be_asked_holds_the_cordon_but_not_the_condition() {
-    let api = FakeApi::start();
+    let api = ApiServer::open().run();
     fleet(&api, 20);
     api.fail_next("GET", "/api/v1/namespaces/gpu-telemetry/configmaps/", 403, 2);
     let l = Loop::start("gpu-01", settings(&[]), &api.url(), snapshot(1, xid79));
@@ -387,7 +388,7 @@ fn a_breaker_that_cannot_be_asked_holds_the_cordon_but_not_the_condition() {
         assert!(Instant::now() < deadline, "no condition written");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let first_cordon = api.writes().iter().position(|r| r.body.pointer("/spec/unschedulable") == Some(&json!(true)));
+    let first_cordon = api.writes().iter().position(|r| r.json().pointer("/spec/unschedulable") == Some(&json!(true)));
     let first_condition = api.writes().iter().position(|r| r.path.ends_with("/status")).unwrap();
     assert!(first_cordon.is_none_or(|c| c > first_condition), "no cordon before the breaker answered");
     l.wait("quarantine once the breaker answers", Duration::from_secs(15), |v| v.quarantined);
@@ -402,7 +403,7 @@ fn a_breaker_that_cannot_be_asked_holds_the_cordon_but_not_the_condition() {
 
 /// The loop's taint value, its condition's reason and the primary reason its last
 /// Event names, as the API server holds them.
-fn primary_everywhere(api: &FakeApi, node: &str) -> (String, String, String) {
+fn primary_everywhere(api: &Running, node: &str) -> (String, String, String) {
     let n = api.node(node);
     let taint = n["spec"]["taints"]
         .as_array()
@@ -421,7 +422,7 @@ fn primary_everywhere(api: &FakeApi, node: &str) -> (String, String, String) {
     (taint, condition, named)
 }
 
-fn wait_for_primary(api: &FakeApi, node: &str, code: &str) {
+fn wait_for_primary(api: &Running, node: &str, code: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let want = (code.to_string(), code.to_string(), code.to_string());
     while primary_everywhere(api, node) != want {
@@ -437,7 +438,7 @@ fn wait_for_primary(api: &FakeApi, node: &str, code: &str) {
 #[test]
 fn taint_condition_and_events_agree_on_the_primary_reason_as_reasons_join() {
     // XID 79, then the GPU is lost: Xid79 needs a reset and stays primary everywhere.
-    let api = FakeApi::start();
+    let api = ApiServer::open().run();
     fleet(&api, 20);
     let l = Loop::start("gpu-01", settings(&[]), &api.url(), snapshot(1, xid79));
     l.wait("quarantine", Duration::from_secs(10), |v| v.quarantined);
@@ -453,7 +454,7 @@ fn taint_condition_and_events_agree_on_the_primary_reason_as_reasons_join() {
     assert_eq!(l.view().reasons[0].code, "Xid79");
 
     // The reverse: lost first, then XID 79 joins, more severe: all three move together.
-    let api = FakeApi::start();
+    let api = ApiServer::open().run();
     fleet(&api, 20);
     let l = Loop::start("gpu-01", settings(&[]), &api.url(), snapshot(1, lost));
     l.wait("quarantine", Duration::from_secs(10), |v| v.quarantined);
@@ -470,7 +471,7 @@ fn taint_condition_and_events_agree_on_the_primary_reason_as_reasons_join() {
     // One node patch moves the taint (and records it in the claim), not a second cordon.
     let patches: Vec<_> = api.writes()[before..].iter().filter(|w| w.path == "/api/v1/nodes/gpu-01").cloned().collect();
     assert_eq!(patches.len(), 1, "{:?}", patches.iter().map(|w| w.describe()).collect::<Vec<_>>());
-    assert!(patches[0].body.pointer("/spec/unschedulable").is_none());
+    assert!(patches[0].json().pointer("/spec/unschedulable").is_none());
     let claim: Value = serde_json::from_str(
         api.node("gpu-01")["metadata"]["annotations"]["gpu-telemetry.io/gpu-health"].as_str().unwrap(),
     )
@@ -532,9 +533,9 @@ fn wait_for_log(node: &str, needle: &str) -> Vec<String> {
 #[test]
 fn conflicts_that_never_end_are_logged_as_conflicts_not_as_an_unavailable_api() {
     logs();
-    let api = FakeApi::start();
-    api.add_node(gpu_node("gpu-409"));
-    api.add_node(gpu_node("gpu-503"));
+    let api = ApiServer::open().run();
+    api.add_node(registered_node("gpu-409"));
+    api.add_node(registered_node("gpu-503"));
     // Every node update answers 409 on one node, 503 on the other.
     api.fail_next("PATCH", "/api/v1/nodes/gpu-409", 409, 10_000);
     api.fail_next("PATCH", "/api/v1/nodes/gpu-503", 503, 10_000);

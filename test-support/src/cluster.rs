@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta, Time};
+use serde_json::{Value, json};
 
 /// The exporters' namespace and labels, as `deploy/` installs them.
 pub const EXPORTER_NAMESPACE: &str = "gpu-telemetry";
@@ -244,4 +245,32 @@ pub fn labelled_pod(namespace: &str, name: &str, pairs: &[(&str, &str)]) -> Pod 
         },
         ..Pod::default()
     }
+}
+
+/// A GPU node as the kubelet registers it (no GPU labels beyond `nvidia.com/gpu.present`,
+/// the GPU operator's taint), as JSON for a test to shape before
+/// [`ApiServer::add_node`](crate::apiserver::ApiServer::add_node).
+pub fn registered_node(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": format!("uid-{name}"),
+            "labels": {"kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true"},
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0"}
+        },
+        "spec": {"podCIDR": "10.0.0.0/24", "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory", "message": "ok"},
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
+            ],
+            "nodeInfo": {
+                "architecture": "amd64", "bootID": format!("boot-{name}"), "containerRuntimeVersion": "containerd://1.7",
+                "kernelVersion": "6.1", "kubeProxyVersion": "", "kubeletVersion": "v1.33.0", "machineID": "m",
+                "operatingSystem": "linux", "osImage": "Debian", "systemUUID": "s"
+            }
+        }
+    })
 }

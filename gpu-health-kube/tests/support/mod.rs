@@ -1,5 +1,5 @@
 //! The health loop in the test's own process, fed observations the test publishes and
-//! talking to the workspace's in-test API server (`test_support::fake_api`): shared by
+//! talking to the workspace's in-test API server (`test_support::apiserver`): shared by
 //! this crate's loop tests.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]

@@ -13,6 +13,7 @@ use k8s_openapi::{List, ListableResource};
 use serde::Serialize;
 
 use super::rbac::Attributes;
+use super::record::Listed;
 use super::reply::{json, status};
 use super::selectors::Selector;
 use super::watch::{self, Fields};
@@ -120,5 +121,8 @@ pub(super) fn list<T: ListableResource + Serialize + Clone>(
         value["kind"] = "PartialObjectMetadataList".into();
         value["apiVersion"] = "meta.k8s.io/v1".into();
     }
-    json(&value)
+    let listed = value["items"].as_array().map_or(0, Vec::len);
+    let mut answer = json(&value);
+    answer.extensions_mut().insert(Listed(listed));
+    answer
 }

@@ -1,11 +1,17 @@
-//! An in-test Kubernetes API server that speaks the real wire protocol on loopback HTTP,
-//! for clients such as `kubectl gpu` (a kube-rs client, or kubectl itself):
+//! The workspace's in-test Kubernetes API server: it speaks the real wire protocol on
+//! loopback HTTP to every client the tests run (kube-rs clients in process, kubectl,
+//! the exporter, the adapter and the plugin as processes), from one state behind one
+//! router:
 //!
 //! - nodes and pods: get, and list with `labelSelector`, `fieldSelector` (the fields the
 //!   real server indexes) and paging (`limit`, `continue`), as full objects or metadata
 //!   only (`as=PartialObjectMetadataList`, which [`ApiServer::metadata_only`] makes the
 //!   only answer); the pod watch with history, selectors, delete events and `410 Gone`
 //!   ([`watch`]); ConfigMaps: get; EndpointSlices: list by Service;
+//! - the writes of a controller on a node ([`writes`]): Node patches (strategic and JSON
+//!   merge, of the object and of `/status`, `resourceVersion` preconditions), ConfigMaps
+//!   created and replaced, Events; and DRA device taints ([`taint_rules`]):
+//!   `resource.k8s.io` discovery and DeviceTaintRules in the versions a test serves;
 //! - what an exporter on one node asks ([`node`]): its pods by `spec.nodeName`, with
 //!   the container IDs the kubelet reports, and its DRA driver's ResourceSlices (list
 //!   and watch, [`slices`]);
@@ -21,23 +27,38 @@
 //! - aggregated APIs (`/apis/custom.metrics.k8s.io/...`) forwarded to a backend, e.g. the
 //!   real metrics adapter with a client certificate, as the aggregator forwards;
 //! - bearer-token users, each allowed everything or what RBAC manifests grant
-//!   ([`rbac::Grants`]), refused with the real 401/403 `Status` bodies;
-//! - every request recorded (method, path, query, body, user, status) for assertions.
+//!   ([`rbac::Grants`]), refused with the real 401/403 `Status` bodies; an
+//!   [`open`](ApiServer::open) server lets anonymous clients in too;
+//! - scripted writes and injected failures ([`script`]): the writes that must come, in
+//!   order, and the answers a test chooses instead of the real ones;
+//! - every request recorded ([`Recorded`]: method, path, query, content type, body,
+//!   user, status, bytes, objects listed) for assertions;
+//! - served from the test's runtime ([`ApiServer::serve`]), from a thread of its own
+//!   for the test process's life ([`ApiServer::start`]), or as a handle that stops,
+//!   goes down and comes back on its port ([`ApiServer::run`], [`running`]).
 //!
-//! Objects are k8s-openapi types, served as the API serves them.
+//! Objects are k8s-openapi types, served as the API serves them; Secrets, APIServices,
+//! Events and DeviceTaintRules are kept as the JSON a client wrote (each module says
+//! why).
 
 pub mod backend;
 mod discovery;
 mod listing;
 pub mod node;
+pub mod patch;
 pub mod rbac;
+mod record;
 mod reply;
 mod reviews;
 mod routes;
+pub mod running;
+pub mod script;
 pub mod selectors;
 mod slices;
 pub mod store;
+pub mod taint_rules;
 mod watch;
+pub mod writes;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -51,7 +72,11 @@ use serde_json::Value;
 
 pub use backend::Backend;
 pub use node::{NODE, node_pod, scenario_pod};
+pub use patch::apply_node_patch;
 pub use rbac::Grants;
+pub use record::Recorded;
+pub use running::{Down, Running, TEST_TOKEN};
+pub use script::{Expect, JSON, MERGE, STRATEGIC};
 pub use store::Store;
 
 /// The token of the user allowed everything.
@@ -69,27 +94,6 @@ pub enum Access {
 pub struct User {
     pub name: String,
     pub access: Access,
-}
-
-/// One request as the server saw it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Recorded {
-    pub method: String,
-    pub path: String,
-    pub query: String,
-    pub body: String,
-    pub user: String,
-    pub status: u16,
-}
-
-impl Recorded {
-    /// The query parameter `name`, decoded.
-    pub fn param(&self, name: &str) -> Option<String> {
-        let uri: axum::http::Uri = format!("/?{}", self.query).parse().ok()?;
-        let axum::extract::Query(mut params) =
-            axum::extract::Query::<BTreeMap<String, String>>::try_from_uri(&uri).ok()?;
-        params.remove(name)
-    }
 }
 
 /// A SubjectAccessReview policy: (user, spec) -> (allowed, reason).
@@ -125,6 +129,18 @@ pub(crate) struct State {
     pub store: Store,
     /// Discovery: groups served beyond the built-in ones.
     pub api_groups: Vec<discovery::Group>,
+    /// Who a request without credentials is; `None`: it answers 401.
+    pub anonymous: Option<User>,
+    /// Events created, as sent.
+    pub events: Vec<Value>,
+    /// Versions of `resource.k8s.io` served (none: the group is not).
+    pub resource_versions: Vec<String>,
+    /// Of those, the ones that serve DeviceTaintRules.
+    pub rule_versions: Vec<String>,
+    /// DeviceTaintRules by name, as stored (`apiVersion` as last written).
+    pub device_taint_rules: BTreeMap<String, Value>,
+    /// Expected writes, injected failures and what went wrong.
+    pub script: script::Script,
 }
 
 /// The server's state; cheap to clone, shared with the serving task.
@@ -163,7 +179,9 @@ impl ApiServer {
         self.state().users.insert(token.into(), User { name: name.into(), access });
     }
 
-    pub fn add_node(&self, mut node: Node) {
+    /// Adds or replaces a node: a [`Node`], or JSON a test shaped as one.
+    pub fn add_node(&self, node: impl serde::Serialize) {
+        let mut node = writes::as_node(node);
         node.metadata.resource_version = Some(self.bump());
         let name = node.metadata.name.clone().unwrap_or_default();
         self.state().nodes.insert(name, node);

@@ -3,13 +3,14 @@
 //! would derive its attributes.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, patch, post};
 use k8s_openapi::List;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
@@ -18,28 +19,35 @@ use super::rbac::Attributes;
 use super::reply::{json, status};
 use super::selectors::Selector;
 use super::watch::Fields;
-use super::{ApiServer, Recorded, User, discovery, reviews, slices, watch};
+use super::{ApiServer, Recorded, User, discovery, reviews, taint_rules, watch, writes};
 
 pub(super) fn router(server: ApiServer) -> Router {
     Router::new()
         .route("/api/v1/nodes", get(list_nodes))
-        .route("/api/v1/nodes/{name}", get(get_node))
+        .route("/api/v1/nodes/{name}", get(get_node).patch(writes::patch_node))
+        .route("/api/v1/nodes/{name}/status", patch(writes::patch_node_status))
         .route("/api/v1/pods", get(list_all_pods))
         .route("/api/v1/namespaces/{ns}/pods", get(list_pods))
         .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod))
         .route("/api/v1/namespaces/{ns}/pods/{name}/proxy/{*rest}", get(proxy))
         .route("/api/v1/namespaces/{ns}/services/{name}/proxy/{*rest}", get(service_proxy))
-        .route("/api/v1/namespaces/{ns}/configmaps/{name}", get(get_config_map))
+        .route("/api/v1/namespaces/{ns}/configmaps", post(writes::create_config_map))
+        .route("/api/v1/namespaces/{ns}/configmaps/{name}", get(get_config_map).put(writes::replace_config_map))
+        .route("/api/v1/namespaces/{ns}/events", post(writes::create_event))
         .route("/apis/{group}/{version}/namespaces/{ns}/{resource}/{name}/{subresource}", get(aggregated))
         .route("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", get(endpoint_slices))
-        .route("/apis/resource.k8s.io/v1/resourceslices", get(slices::list_or_watch))
+        .route("/apis/resource.k8s.io", get(taint_rules::group))
+        .route("/apis/resource.k8s.io/{version}", get(taint_rules::version))
+        .route("/apis/resource.k8s.io/{version}/{resource}", any(taint_rules::collection))
+        .route("/apis/resource.k8s.io/{version}/{resource}/{name}", any(taint_rules::rule))
         .route("/apis/authentication.k8s.io/v1/tokenreviews", post(reviews::token_review))
         .route("/apis/authorization.k8s.io/v1/subjectaccessreviews", post(reviews::access_review))
         .route("/api/v1", get(discovery::core))
         .route("/apis", get(discovery::groups))
         .route("/apis/{group}/{version}", get(discovery::group))
         .merge(server.objects().router())
-        .fallback(|req: Request| async move {
+        .fallback(|State(s): State<ApiServer>, req: Request| async move {
+            s.state().script.unrouted(req.method().as_str(), req.uri().path());
             status(
                 StatusCode::NOT_FOUND,
                 "NotFound",
@@ -50,26 +58,39 @@ pub(super) fn router(server: ApiServer) -> Router {
         .with_state(server)
 }
 
+/// Authenticates the request by its bearer token, lets the test's script answer it
+/// if it chose to, and records it with its answer.
 async fn authenticate(State(server): State<ApiServer>, req: Request, next: Next) -> Response {
+    let arrived = Instant::now();
     // The body is recorded too (TokenReview, SubjectAccessReview), so it is read first.
     let (parts, body) = req.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
-    let text = String::from_utf8_lossy(&body).into_owned();
+    let mut recorded = Recorded::arrived(&parts, &body, arrived);
     let mut req = Request::from_parts(parts, body.into());
     let token =
         req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    let user = token.and_then(|t| server.state().users.get(t).cloned());
-    let (method, path, query) =
-        (req.method().to_string(), req.uri().path().to_string(), req.uri().query().unwrap_or_default().to_string());
-    let name = user.as_ref().map_or_else(|| "system:anonymous".to_string(), |u| u.name.clone());
+    let user = {
+        let state = server.state();
+        match token {
+            Some(t) => state.users.get(t).cloned(),
+            None => state.anonymous.clone(),
+        }
+    };
+    recorded.user = user.as_ref().map_or_else(|| "system:anonymous".to_string(), |u| u.name.clone());
     let response = match user {
         None => status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized"),
         Some(user) => {
-            req.extensions_mut().insert(user);
-            next.run(req).await
+            let scripted = server.state().script.intercept(&recorded);
+            match scripted {
+                Some(answer) => answer,
+                None => {
+                    req.extensions_mut().insert(user);
+                    next.run(req).await
+                }
+            }
         }
     };
-    let recorded = Recorded { method, path, query, body: text, user: name, status: response.status().as_u16() };
+    recorded.answered(&response);
     server.state().requests.push(recorded);
     response
 }

@@ -59,17 +59,11 @@ pub fn apiservice_path(name: &str) -> String {
 }
 
 fn status(code: u16, reason: &str, message: &str) -> Response {
-    let body = json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":message,"reason":reason,"code":code});
-    (StatusCode::from_u16(code).unwrap(), [("content-type", "application/json")], body.to_string()).into_response()
+    super::reply::status(StatusCode::from_u16(code).unwrap(), reason, message)
 }
 
 fn reason_of(code: u16) -> &'static str {
-    match code {
-        409 => "Conflict",
-        404 => "NotFound",
-        429 => "TooManyRequests",
-        _ => "InternalError",
-    }
+    super::reply::reason_of(StatusCode::from_u16(code).unwrap())
 }
 
 /// The RBAC attributes of `verb` on `path` (`/api/v1/namespaces/{ns}/secrets[/{name}]`

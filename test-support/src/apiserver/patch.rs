@@ -23,7 +23,7 @@ pub fn apply_node_patch(node: &mut Value, patch: &Value, json_merge: bool, main:
     }
 }
 
-pub(super) fn merge(target: &mut Value, patch: &Value, path: &str, json_merge: bool) {
+pub(crate) fn merge(target: &mut Value, patch: &Value, path: &str, json_merge: bool) {
     let Value::Object(p) = patch else {
         *target = patch.clone();
         return;
@@ -56,7 +56,7 @@ pub(super) fn merge(target: &mut Value, patch: &Value, path: &str, json_merge: b
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_api::gpu_node;
+    use crate::cluster::registered_node as gpu_node;
 
     #[test]
     fn strategic_merge_keeps_other_conditions_and_json_merge_replaces_the_list() {
