@@ -25,7 +25,7 @@ pub(super) fn router(server: ApiServer) -> Router {
     Router::new()
         .route("/api/v1/nodes", get(list_nodes))
         .route("/api/v1/nodes/{name}", get(get_node).patch(writes::patch_node))
-        .route("/api/v1/nodes/{name}/status", patch(writes::patch_node_status))
+        .route("/api/v1/nodes/{name}/status", patch(writes::patch_node))
         .route("/api/v1/pods", get(list_all_pods))
         .route("/api/v1/namespaces/{ns}/pods", get(list_pods))
         .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod))

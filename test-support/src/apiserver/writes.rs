@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 
 use super::listing::{core, refuse};
 use super::patch::apply_node_patch;
+use super::rbac::Attributes;
 use super::reply::{conflict, created, json, status};
 use super::script::{MERGE, STRATEGIC};
 use super::{ApiServer, User};
@@ -38,30 +39,29 @@ fn decode<T: DeserializeOwned>(what: &str, body: &[u8]) -> Result<T, Box<Respons
     serde_json::from_value(value).map_err(|e| Box::new(invalid(what, &e)))
 }
 
+/// The body of a write `user` may make (`attrs`), as a `what`; the refusal otherwise.
+fn admitted<T: DeserializeOwned>(user: &User, attrs: Attributes, what: &str, body: &[u8]) -> Result<T, Box<Response>> {
+    if let Some(r) = refuse(user, attrs) {
+        return Err(Box::new(r));
+    }
+    decode(what, body)
+}
+
 fn invalid(what: &str, e: &serde_json::Error) -> Response {
     status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("{what} is invalid: {e}"))
 }
 
+/// `PATCH /api/v1/nodes/{name}` and `.../{name}/status`.
 pub(super) async fn patch_node(
     State(s): State<ApiServer>,
     axum::Extension(user): axum::Extension<User>,
     Path(name): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    patch(&s, &user, &name, false, &q, &headers, &body)
-}
-
-pub(super) async fn patch_node_status(
-    State(s): State<ApiServer>,
-    axum::Extension(user): axum::Extension<User>,
-    Path(name): Path<String>,
-    Query(q): Query<BTreeMap<String, String>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    patch(&s, &user, &name, true, &q, &headers, &body)
+    patch(&s, &user, &name, uri.path().ends_with("/status"), &q, &headers, &body)
 }
 
 fn patch(
@@ -127,10 +127,7 @@ pub(super) async fn create_config_map(
     Path(ns): Path<String>,
     body: Bytes,
 ) -> Response {
-    if let Some(r) = refuse(&user, core("create", "configmaps", Some(&ns), None)) {
-        return r;
-    }
-    let mut map: ConfigMap = match decode("ConfigMap", &body) {
+    let mut map: ConfigMap = match admitted(&user, core("create", "configmaps", Some(&ns), None), "ConfigMap", &body) {
         Ok(m) => m,
         Err(r) => return *r,
     };
@@ -154,10 +151,8 @@ pub(super) async fn replace_config_map(
     Path((ns, name)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    if let Some(r) = refuse(&user, core("update", "configmaps", Some(&ns), Some(&name))) {
-        return r;
-    }
-    let mut map: ConfigMap = match decode("ConfigMap", &body) {
+    let attrs = core("update", "configmaps", Some(&ns), Some(&name));
+    let mut map: ConfigMap = match admitted(&user, attrs, "ConfigMap", &body) {
         Ok(m) => m,
         Err(r) => return *r,
     };
@@ -182,10 +177,7 @@ pub(super) async fn create_event(
     Path(ns): Path<String>,
     body: Bytes,
 ) -> Response {
-    if let Some(r) = refuse(&user, core("create", "events", Some(&ns), None)) {
-        return r;
-    }
-    let mut event: Value = match decode("Event", &body) {
+    let mut event: Value = match admitted(&user, core("create", "events", Some(&ns), None), "Event", &body) {
         Ok(e) => e,
         Err(r) => return *r,
     };
