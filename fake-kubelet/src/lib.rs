@@ -9,12 +9,15 @@
 //! - [`pod_logs`]: a `/var/log/pods`-style tree naming the scenario's pods.
 //! - [`slices`]: the ResourceSlice the node's DRA driver would publish, for in-test API
 //!   servers.
+//! - [`join`]: simulated nodes that join a real API server (`fake-kubelet join`): the
+//!   Node registered and kept Ready, bound pods run with devices, processes and load.
 //!
 //! The scenario is the same file the simulated NVML library reads, so PIDs, device ids
 //! and pods agree between the two.
 
 #![forbid(unsafe_code)]
 
+pub mod join;
 pub mod listing;
 pub mod pod_logs;
 pub mod procfs;

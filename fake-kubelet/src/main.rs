@@ -3,6 +3,9 @@
 //!
 //! `SIGUSR1` drops the socket (as a kubelet that died), `SIGUSR2` restores it (as a
 //! restarted kubelet); `SIGTERM` / `SIGINT` remove it and exit.
+//!
+//! `fake-kubelet join --node ...` instead runs simulated nodes that join a real API
+//! server (see the library's `join` module).
 
 #![forbid(unsafe_code)]
 
@@ -21,10 +24,13 @@ use tokio::signal::unix::{SignalKind, signal};
     version,
     about = "A simulated kubelet: pod-resources v1, /proc and /var/log/pods from a fake-nvml scenario"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Sub>,
     /// The scenario (the same file the simulated NVML library reads).
     #[arg(long, env = "FAKE_NVML_SCENARIO")]
-    scenario: PathBuf,
+    scenario: Option<PathBuf>,
     /// Where to serve pod-resources v1.
     #[arg(long, default_value = "/var/lib/kubelet/pod-resources/kubelet.sock")]
     socket: PathBuf,
@@ -34,6 +40,32 @@ struct Args {
     /// Where to write `<namespace>_<pod>_<uid>/<container>/` for the scenario's pods.
     #[arg(long)]
     pod_logs: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Sub {
+    /// Simulated GPU nodes that join a real API server: each registers its Node, keeps it
+    /// Ready, and runs the pods bound to it with devices, processes and load.
+    Join(JoinArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct JoinArgs {
+    /// A node: name=N,scenario=FILE,kubeconfig=FILE[,pod-cidr=a.b.c.0/24][,address=IP]
+    /// [,replicas=R (time-slicing replicas per whole GPU)][,mig-config=NAME]. Repeat for
+    /// more nodes. The kubeconfig holds the node's identity (system:node:N).
+    #[arg(long = "node", required = true)]
+    nodes: Vec<fake_kubelet::join::NodeArg>,
+    /// Each node's files go to DIR/<name>/: scenario.yaml (for FAKE_NVML_SCENARIO with
+    /// FAKE_NVML_LIVE=1), kubelet.sock, proc/, pods/.
+    #[arg(long)]
+    dir: PathBuf,
+    /// The load file, read again when it changes (see the join::load module).
+    #[arg(long)]
+    load: Option<PathBuf>,
+    /// The kubelet version the Nodes report.
+    #[arg(long, default_value = "v1.37.2")]
+    kubelet_version: String,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -56,7 +88,13 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> anyhow::Result<()> {
-    let scenario = Scenario::load(&args.scenario)?;
+    if let Some(Sub::Join(join)) = &args.command {
+        return run_join(join);
+    }
+    let Some(scenario_path) = &args.scenario else {
+        anyhow::bail!("--scenario (or FAKE_NVML_SCENARIO) is required, or use `fake-kubelet join`");
+    };
+    let scenario = Scenario::load(scenario_path)?;
     if let Some(dir) = &args.procfs {
         fake_kubelet::procfs::write_tree(&scenario, dir)?;
     }
@@ -81,6 +119,24 @@ fn run(args: &Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn run_join(args: &JoinArgs) -> anyhow::Result<()> {
+    let config = fake_kubelet::join::JoinConfig {
+        nodes: args.nodes.clone(),
+        dir: args.dir.clone(),
+        load: args.load.clone(),
+        kubelet_version: args.kubelet_version.clone(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    runtime.block_on(async {
+        let mut term = signal(SignalKind::terminate())?;
+        tokio::select! {
+            result = fake_kubelet::join::run(config) => Ok(result?),
+            _ = term.recv() => Ok(()),
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })
 }
 
 /// Turns signals into commands for the main thread.

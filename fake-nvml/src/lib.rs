@@ -4,7 +4,9 @@
 //! `Nvml::builder().lib_path(..)` exactly as it loads `libnvidia-ml.so.1` on a GPU
 //! node, so the exporter's NVML code path runs for real in tests and in the demo.
 //! The node it simulates comes from the scenario file named by `FAKE_NVML_SCENARIO`
-//! (see [`scenario`]); scenario time comes from [`clock`].
+//! (see [`scenario`]); scenario time comes from [`clock`]. With `FAKE_NVML_LIVE=1` the
+//! file is followed: a rewrite changes the node's pods, processes and readings while the
+//! exporter runs (fake-kubelet's `join` mode writes it as pods come and go).
 //!
 //! Layers, one-directional: [`scenario`] (file format and checks) -> [`node`] (values
 //! and fault state at time t) -> `ffi` (the exported C functions). Every `unsafe` block

@@ -75,6 +75,19 @@ impl Node {
             .collect();
         Node { scenario, gpus }
     }
+
+    /// Takes over the energy counters of `before`'s GPUs (matched by UUID), integrated
+    /// up to `t`, so that a reloaded scenario keeps counting where the old one was.
+    pub fn carry_energy_from(&self, before: &Node, t: f64) {
+        for gpu in &self.gpus {
+            if let Some(old) = before.gpus.iter().find(|o| o.spec.uuid == gpu.spec.uuid) {
+                let joules = old.energy_joules(t);
+                if let Ok(mut energy) = gpu.energy.lock() {
+                    *energy = EnergyIntegral { t, joules };
+                }
+            }
+        }
+    }
 }
 
 fn value(signal: &Option<Signal>, t: f64, default: f64) -> f64 {

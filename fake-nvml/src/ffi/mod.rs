@@ -13,6 +13,7 @@ mod device;
 mod events;
 mod fields;
 mod gpm;
+mod live;
 mod mig;
 mod nvlink;
 mod processes;
@@ -52,6 +53,8 @@ type CallResult = Result<(), nvmlReturn_t>;
 struct Loaded {
     node: Node,
     clock: Clock,
+    /// The scenario file followed for changes (`FAKE_NVML_LIVE=1`), see [`live`].
+    live: Option<Arc<live::Live>>,
 }
 
 static STATE: RwLock<Option<Arc<Loaded>>> = RwLock::new(None);
@@ -89,8 +92,18 @@ enum Target<'a> {
 use crate::scenario as fake_mig;
 
 fn loaded() -> Result<Arc<Loaded>, nvmlReturn_t> {
-    let guard = STATE.read().map_err(|_| ret::UNKNOWN)?;
-    guard.clone().ok_or(ret::UNINITIALIZED)
+    let current = STATE.read().map_err(|_| ret::UNKNOWN)?.clone().ok_or(ret::UNINITIALIZED)?;
+    let Some(next) = current.live.as_ref().and_then(|live| live.reload(&current)) else {
+        return Ok(current);
+    };
+    let next = Arc::new(next);
+    let mut state = STATE.write().map_err(|_| ret::UNKNOWN)?;
+    // A shutdown in between leaves the library uninitialised; a reload must not revive it.
+    if state.is_none() {
+        return Err(ret::UNINITIALIZED);
+    }
+    *state = Some(Arc::clone(&next));
+    Ok(next)
 }
 
 impl Loaded {

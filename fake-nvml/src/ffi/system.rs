@@ -30,7 +30,8 @@ fn init() -> nvmlReturn_t {
                 eprintln!("fake-nvml: nvmlInit refused the clock settings: {e}");
                 ret::UNKNOWN
             })?;
-            let loaded = Loaded { node: Node::new(scenario), clock };
+            let live = super::live::Live::from_env(std::env::var_os("FAKE_NVML_SCENARIO").map(Into::into));
+            let loaded = Loaded { node: Node::new(scenario), clock, live };
             *STATE.write().map_err(|_| ret::UNKNOWN)? = Some(Arc::new(loaded));
         }
         *count += 1;

@@ -1,0 +1,223 @@
+//! The simulated kubelet's conversation with the API server, per node: register the
+//! Node, renew its Lease and Ready condition, and run the pods bound to it.
+//!
+//! Pods are watched with `spec.nodeName=<node>`, as a kubelet watches them (the Node
+//! authorizer allows a node nothing wider). A new pod is placed ([`super::place`]) and
+//! its status written Running and Ready; a pod the node cannot hold is written Failed
+//! with the kubelet's `UnexpectedAdmissionError`. A pod marked for deletion gives its
+//! devices back and its deletion is confirmed (grace period 0, the pod's UID as
+//! precondition), which is the kubelet's part of every pod deletion. A failed write
+//! is retried with the next event or relist; nothing is lost by waiting.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::watcher;
+use tokio::sync::Mutex;
+
+use super::{Fleet, JoinError, Result, rewrite};
+
+fn kube_error(node: &str, what: &str) -> impl FnOnce(kube::Error) -> JoinError {
+    let (node, what) = (node.to_string(), what.to_string());
+    move |source| JoinError::Kube { node, what, source }
+}
+
+/// A client for `kubeconfig`.
+pub async fn client(kubeconfig: &Path) -> Result<kube::Client> {
+    let name = kubeconfig.display().to_string();
+    let file = kube::config::Kubeconfig::read_from(kubeconfig)
+        .map_err(|e| JoinError::Kubeconfig(name.clone(), e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| JoinError::Kubeconfig(name.clone(), e.to_string()))?;
+    kube::Client::try_from(config).map_err(|e| JoinError::Kubeconfig(name, e.to_string()))
+}
+
+/// Creates the Node, or brings an existing one (a restarted kubelet's) up to date.
+pub async fn register(client: &kube::Client, node: &Node) -> Result<()> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let nodes: Api<Node> = Api::all(client.clone());
+    match nodes.create(&PostParams::default(), node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let labels = Node { metadata: node.metadata.clone(), ..Node::default() };
+            nodes
+                .patch(&name, &PatchParams::default(), &Patch::Strategic(&labels))
+                .await
+                .map_err(kube_error(&name, "updating the labels of the existing Node"))?;
+        }
+        Err(e) => return Err(kube_error(&name, "registering the Node")(e)),
+    }
+    // Capacity and conditions live in the status, which create ignores.
+    let status = Node { status: node.status.clone(), ..Node::default() };
+    nodes
+        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&status))
+        .await
+        .map_err(kube_error(&name, "writing the Node's status"))?;
+    tracing::info!(node = %name, "registered");
+    Ok(())
+}
+
+/// Renews the node's Lease every 10 s and its Ready condition every 30 s, as a kubelet
+/// does; a failed renewal is logged and tried again at the next tick.
+pub async fn heartbeat(client: kube::Client, name: String) -> Result<()> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let nodes: Api<Node> = Api::all(client);
+    let mut tick = 0u64;
+    loop {
+        let now = jiff::Timestamp::now();
+        let lease = Lease {
+            metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(name.clone()),
+                lease_duration_seconds: Some(40),
+                renew_time: Some(MicroTime(now)),
+                ..LeaseSpec::default()
+            }),
+        };
+        let renewed = match leases.patch(&name, &PatchParams::default(), &Patch::Merge(&lease)).await {
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                leases.create(&PostParams::default(), &lease).await.map(|_| ())
+            }
+            other => other.map(|_| ()),
+        };
+        if let Err(e) = renewed {
+            tracing::warn!(node = %name, "renewing the Lease: {e}");
+        }
+        if tick % 3 == 0 {
+            let ready = NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: Some("KubeletReady".into()),
+                message: Some("kubelet is posting ready status".into()),
+                last_heartbeat_time: Some(Time(now)),
+                last_transition_time: None,
+            };
+            let status = Node {
+                status: Some(NodeStatus { conditions: Some(vec![ready]), ..NodeStatus::default() }),
+                ..Node::default()
+            };
+            if let Err(e) = nodes.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&status)).await {
+                tracing::warn!(node = %name, "posting the Ready condition: {e}");
+            }
+        }
+        tick += 1;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+}
+
+/// Runs the pods bound to node `index` for as long as the process lives.
+pub async fn run_pods(client: kube::Client, fleet: Arc<Mutex<Fleet>>, index: usize) -> Result<()> {
+    let name = fleet.lock().await.nodes[index].settings.name.clone();
+    let pods: Api<Pod> = Api::all(client.clone());
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={name}"));
+    let mut events = watcher(pods, config).boxed();
+    while let Some(event) = events.next().await {
+        let pod = match event {
+            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
+            Ok(watcher::Event::Delete(pod)) => {
+                forget(&fleet, index, &pod).await?;
+                continue;
+            }
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!(node = %name, "watching pods: {e}");
+                continue;
+            }
+        };
+        if let Err(e) = handle(&client, &fleet, index, &pod).await {
+            tracing::warn!(node = %name, pod = ?pod.metadata.name, "{e}");
+        }
+    }
+    Ok(())
+}
+
+async fn handle(client: &kube::Client, fleet: &Arc<Mutex<Fleet>>, index: usize, pod: &Pod) -> Result<()> {
+    let (Some(namespace), Some(pod_name), Some(uid)) =
+        (pod.metadata.namespace.clone(), pod.metadata.name.clone(), pod.metadata.uid.clone())
+    else {
+        return Ok(());
+    };
+    let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let node = fleet.lock().await.nodes[index].settings.clone();
+    if pod.metadata.deletion_timestamp.is_some() {
+        forget(fleet, index, pod).await?;
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        return match api.delete(&pod_name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            Err(e) => Err(kube_error(&node.name, &format!("confirming the deletion of {namespace}/{pod_name}"))(e)),
+        };
+    }
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+    if matches!(phase, "Succeeded" | "Failed") {
+        return Ok(());
+    }
+    let status = {
+        let mut f = fleet.lock().await;
+        if let Some(running) = f.nodes[index].pods.get(&uid) {
+            // Already placed: write the status again only if the server lost it.
+            if phase == "Running" {
+                return Ok(());
+            }
+            running_status(&f, index, pod, running)
+        } else {
+            match super::place(&mut f, index, pod) {
+                Ok(running) => {
+                    let status = running_status(&f, index, pod, &running);
+                    f.nodes[index].pods.insert(uid.clone(), running);
+                    rewrite(&mut f)?;
+                    status
+                }
+                Err(why) => {
+                    tracing::warn!(node = %node.name, pod = %pod_name, "refused: {why}");
+                    super::pods::refused_status(&why)
+                }
+            }
+        }
+    };
+    let patch = Pod { status: Some(status), ..Pod::default() };
+    api.patch_status(&pod_name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .map_err(kube_error(&node.name, &format!("writing the status of {namespace}/{pod_name}")))?;
+    tracing::info!(node = %node.name, pod = %format!("{namespace}/{pod_name}"), "running");
+    Ok(())
+}
+
+fn running_status(f: &Fleet, index: usize, pod: &Pod, running: &super::Running) -> PodStatus {
+    let node = &f.nodes[index];
+    let ids: Vec<(String, String)> = pod
+        .spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .map(|c| (c.name.clone(), super::pods::container_id(&running.placed.uid, &c.name)))
+        .collect();
+    super::pods::running_status(
+        pod,
+        &node.settings.address,
+        &format!("{}.{}", node.network, running.ip),
+        &ids,
+        running.placed.qos,
+        jiff::Timestamp::now(),
+    )
+}
+
+/// Frees what a deleted pod held.
+async fn forget(fleet: &Arc<Mutex<Fleet>>, index: usize, pod: &Pod) -> Result<()> {
+    let Some(uid) = &pod.metadata.uid else { return Ok(()) };
+    let mut f = fleet.lock().await;
+    if f.nodes[index].pods.remove(uid).is_some() {
+        rewrite(&mut f)?;
+    }
+    Ok(())
+}
