@@ -113,11 +113,10 @@ impl<'a> Cursor<'a> {
     /// Consumes bytes while `f` holds. `f` must hold only for ASCII bytes or for every
     /// byte of a character, so that the cut is a character boundary.
     pub(crate) fn take_while(&mut self, f: impl Fn(u8) -> bool) -> &'a str {
-        let start = self.pos;
-        while self.peek().is_some_and(&f) {
-            self.pos += 1;
-        }
-        self.line.get(start..self.pos).unwrap_or_default()
+        let rest = self.rest();
+        let n = rest.bytes().position(|c| !f(c)).unwrap_or(rest.len());
+        self.pos += n;
+        rest.get(..n).unwrap_or_default()
     }
 
     /// Describes the next character for an error message.
@@ -155,12 +154,22 @@ impl<'a> Cursor<'a> {
         self.expect(b'"', "'\"'")?;
         let body_start = self.pos;
         let bytes = self.line.as_bytes();
+        // Escapes at most halve the length: past this many bytes the decoded text is
+        // over the limit too, and need not be read further.
+        let raw_max = max.saturating_mul(2).saturating_add(2);
         let mut owned: Option<String> = None;
         let mut copied_to = body_start;
         let mut i = body_start;
-        while let Some(&c) = bytes.get(i) {
-            match c {
-                b'"' => {
+        loop {
+            let rest = bytes.get(i..).unwrap_or_default();
+            let Some(skip) = rest.iter().position(|c| matches!(c, b'"' | b'\\' | 0)) else { break };
+            i += skip;
+            if i - body_start > raw_max {
+                self.pos = i;
+                return Err(self.limit(kind.limit_name(), max));
+            }
+            match bytes.get(i) {
+                Some(b'"') => {
                     let tail = self.line.get(copied_to..i).unwrap_or_default();
                     self.pos = i + 1;
                     let text = match owned {
@@ -178,13 +187,13 @@ impl<'a> Cursor<'a> {
                     }
                     return Ok(text);
                 }
-                b'\\' => {
+                Some(b'\\') => {
                     let decoded = match bytes.get(i + 1) {
                         Some(b'\\') => "\\",
                         Some(b'"') => "\"",
                         Some(b'n') => "\n",
-                        Some(_) if escapes == Escapes::Any => {
-                            // Kept as written: the next loop turn copies it.
+                        // Kept as written: the next search copies it with the text.
+                        Some(&c) if escapes == Escapes::Any && (c != 0 || kind == Quoted::Value) => {
                             i += 2;
                             continue;
                         }
@@ -201,17 +210,11 @@ impl<'a> Cursor<'a> {
                     i += 2;
                     copied_to = i;
                 }
-                0 if kind != Quoted::Value => {
+                _ if kind != Quoted::Value => {
                     self.pos = i;
                     return Err(self.err("NUL byte outside a label value"));
                 }
                 _ => i += 1,
-            }
-            if i - body_start > max.saturating_mul(2).saturating_add(2) {
-                // Escapes at most halve the length: past this the decoded text is over
-                // the limit too, and need not be read further.
-                self.pos = i;
-                return Err(self.limit(kind.limit_name(), max));
             }
         }
         self.pos = self.line.len();

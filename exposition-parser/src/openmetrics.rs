@@ -89,7 +89,8 @@ fn sample<'a>(cur: &mut Cursor<'a>, limits: &Limits) -> Result<Parsed<'a>> {
     let start = cur.column();
     let bare = cur.bare_metric_name();
     let mut name: Option<Cow<'a, str>> = (!bare.is_empty()).then(|| bare.into());
-    let mut labels = Vec::new();
+    // Room for an exporter's usual label set, so that it is not grown label by label.
+    let mut labels = Vec::with_capacity(16);
     if cur.peek() == Some(b'{') {
         label_set(cur, limits, Some(&mut name), &mut labels)?;
     }

@@ -117,7 +117,8 @@ fn sample<'a>(cur: &mut Cursor<'a>, limits: &Limits) -> Result<Parsed<'a>> {
     } else if cur.peek() != Some(b'{') {
         return Err(cur.err(format!("expected metric name, found {}", cur.found())));
     }
-    let mut labels = Vec::new();
+    // Room for an exporter's usual label set, so that it is not grown label by label.
+    let mut labels = Vec::with_capacity(16);
     if cur.peek() == Some(b'{') {
         label_set(cur, limits, &mut name, &mut labels)?;
         cur.skip_blanks();
