@@ -1,22 +1,25 @@
 //! One exporter page, parsed as it arrives, within bounds: nothing of the page is held
-//! but the line being read and the samples kept, so memory does not follow the page's
-//! size, and a page that never ends is cut.
+//! but the line being read, the samples kept and the parser's table of family names (as
+//! hashes, at most 20,000), so memory does not follow the page's size, and a page that
+//! never ends is cut.
 //!
 //! The bounds are the metrics adapter's for the same pages, from the one exposition
 //! parser ([`Limits::default`]: 16 MiB, 500,000 samples, 64 KiB a line, 64 labels,
-//! 4 KiB a label value), so both read what one accepts. One more bound is this
-//! command's own: the samples of the families it keeps ([`crate::readings::FAMILIES`])
-//! may take at most [`MAX_KEPT_BYTES`] in memory. An 8-GPU node with 56 MIG instances
+//! 4 KiB a label value, 20,000 families), so both read what one accepts. One more
+//! bound is this command's own: the samples of the families it keeps
+//! ([`crate::readings::FAMILIES`]) may take at most [`MAX_KEPT_BYTES`] in memory. An 8-GPU node with 56 MIG instances
 //! and a pod on each keeps well under 1 MiB; without the bound a page of 16 MiB of
 //! short kept samples (`gpu_up{gpu="1"} 1`) would take about 200 MB, and `kubectl gpu
 //! nodes` reads 64 exporters at once.
 //!
-//! The page is fed in chunks; each run of complete lines is handed to
-//! [`exposition_parser::parse`], which works a line at a time, so the result is what
-//! one parse of the whole page gives (line numbers in errors count from the page's
-//! start); `# EOF` ends the page.
+//! The page is fed in chunks; each complete line goes to the project's one exposition
+//! parser as it arrives ([`exposition_parser::Parser`]), so the result, and any error
+//! with its line number, is what one parse of the whole page gives. In OpenMetrics,
+//! `# EOF` ends the page and the read stops there (what follows is not read), and a
+//! page that ends without it was cut short and is refused; in the text format a page
+//! simply ends.
 
-use exposition_parser::{Error as ParseError, Format, Limits, Sample};
+use exposition_parser::{Error as ParseError, Format, Limits, Parser, Sample};
 
 /// Most memory the kept samples of one page may take (an estimate: their strings,
 /// vectors and allocator overhead).
@@ -40,6 +43,7 @@ impl From<ParseError> for PageError {
     fn from(e: ParseError) -> PageError {
         match e {
             ParseError::Limit { .. } => PageError::Limit(e),
+            ParseError::TooLarge { limit, .. } => PageError::TooLarge { limit },
             other => PageError::Parse(other),
         }
     }
@@ -56,20 +60,16 @@ pub type Result<T, E = PageError> = std::result::Result<T, E>;
 
 /// A page being read.
 pub struct PageParser<F> {
-    format: Format,
+    parser: Parser,
     limits: Limits,
     kept_limit: usize,
     wanted: F,
     /// The line not yet ended.
     pending: Vec<u8>,
-    /// Bytes fed so far, and of those, bytes and lines parsed.
+    /// Bytes fed so far.
     bytes: usize,
-    parsed_bytes: usize,
-    lines: usize,
-    samples: usize,
     kept: Vec<Sample>,
     kept_bytes: usize,
-    ended: bool,
 }
 
 /// About what a sample takes in memory: the struct, each allocation and its overhead.
@@ -84,46 +84,54 @@ impl<F: Fn(&str) -> bool> PageParser<F> {
     /// A page in `format`, refused past `limits` or past `kept_limit` bytes of kept samples.
     pub fn new(format: Format, limits: Limits, kept_limit: usize, wanted: F) -> PageParser<F> {
         PageParser {
-            format,
+            parser: Parser::new(format, limits),
             limits,
             kept_limit,
             wanted,
             pending: Vec::new(),
             bytes: 0,
-            parsed_bytes: 0,
-            lines: 0,
-            samples: 0,
             kept: Vec::new(),
             kept_bytes: 0,
-            ended: false,
         }
     }
 
     /// Feeds the next bytes of the page. `Ok(true)`: the page has ended (`# EOF`) and
     /// nothing more needs reading.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<bool> {
-        if self.ended {
+        if self.parser.ended() {
             return Ok(true);
         }
         self.bytes = self.bytes.saturating_add(chunk.len());
         if self.bytes > self.limits.max_bytes {
             return Err(PageError::TooLarge { limit: self.limits.max_bytes });
         }
-        let start = self.pending.len();
         self.pending.extend_from_slice(chunk);
-        if let Some(at) = chunk.iter().rposition(|b| *b == b'\n') {
-            let end = start + at + 1;
+        // Only a chunk with a line end completes lines: the pending bytes before it
+        // hold none, so each byte is searched once.
+        if chunk.contains(&b'\n') {
             let pending = std::mem::take(&mut self.pending);
-            let parsed = self.batch(&pending[..end]);
+            let mut start = 0;
+            let mut read = Ok(());
+            while let Some(end) = pending.get(start..).and_then(|rest| rest.iter().position(|b| *b == b'\n')) {
+                let line = pending.get(start..start + end).unwrap_or_default();
+                start += end + 1;
+                read = self.line(line);
+                if read.is_err() || self.parser.ended() {
+                    break;
+                }
+            }
             self.pending = pending;
-            self.pending.drain(..end);
-            parsed?;
+            self.pending.drain(..start.min(self.pending.len()));
+            read?;
         }
-        if self.pending.len() > self.limits.max_line_bytes && !self.ended {
-            let (line, limit) = (self.lines + 1, self.limits.max_line_bytes);
+        if self.parser.ended() {
+            return Ok(true);
+        }
+        if self.pending.len() > self.limits.max_line_bytes {
+            let (line, limit) = (self.parser.lines() + 1, self.limits.max_line_bytes);
             return Err(PageError::Limit(ParseError::Limit { line, what: "line length", limit }));
         }
-        Ok(self.ended)
+        Ok(false)
     }
 
     /// What the kept samples take so far (the estimate [`MAX_KEPT_BYTES`] bounds).
@@ -131,71 +139,27 @@ impl<F: Fn(&str) -> bool> PageParser<F> {
         self.kept_bytes
     }
 
-    /// The page has been read to its end: the kept samples.
+    /// The page has been read to its end: the kept samples. An OpenMetrics page that
+    /// never reached `# EOF` was cut short and is refused.
     pub fn finish(mut self) -> Result<Vec<Sample>> {
-        if !self.ended && !self.pending.is_empty() {
+        if !self.parser.ended() && !self.pending.is_empty() {
             let pending = std::mem::take(&mut self.pending);
-            self.batch(&pending)?;
+            self.line(&pending)?;
         }
+        self.parser.finish()?;
         Ok(self.kept)
     }
 
-    /// Parses complete lines (the last may lack its `\n` at the page's end).
-    fn batch(&mut self, text: &[u8]) -> Result<()> {
-        let text = std::str::from_utf8(text)
-            .map_err(|e| PageError::Parse(ParseError::NotUtf8(self.parsed_bytes + e.valid_up_to())))?;
-        // Count the samples and find `# EOF` as the parser does, to carry its sample
-        // limit and line numbers across batches.
-        let (mut lines, mut samples, mut end) = (0, 0, text.len());
-        let mut at = 0;
-        for raw in text.split_inclusive('\n') {
-            lines += 1;
-            let line = raw.strip_suffix('\n').unwrap_or(raw);
-            let line = line.strip_suffix('\r').unwrap_or(line);
-            at += raw.len();
-            if line.trim().is_empty() {
-                continue;
+    /// One complete line (the last may lack its `\n` at the page's end).
+    fn line(&mut self, raw: &[u8]) -> Result<()> {
+        if let Some(sample) = self.parser.line(raw, &self.wanted)? {
+            self.kept_bytes += cost(&sample);
+            if self.kept_bytes > self.kept_limit {
+                return Err(PageError::TooManyKept { limit: self.kept_limit });
             }
-            if let Some(rest) = line.strip_prefix('#') {
-                if rest.trim_start_matches([' ', '\t']).trim_end() == "EOF" {
-                    self.ended = true;
-                    end = at;
-                    break;
-                }
-                continue;
-            }
-            samples += 1;
+            self.kept.push(sample);
         }
-        let left = self.limits.max_samples.saturating_sub(self.samples);
-        let limits = Limits { max_bytes: usize::MAX, max_samples: left, ..self.limits };
-        let parsed = exposition_parser::parse(&text.as_bytes()[..end], self.format, &limits, &self.wanted)
-            .map_err(|e| PageError::from(self.relocate(e)))?;
-        for s in &parsed {
-            self.kept_bytes += cost(s);
-        }
-        if self.kept_bytes > self.kept_limit {
-            return Err(PageError::TooManyKept { limit: self.kept_limit });
-        }
-        self.kept.extend(parsed);
-        self.lines += lines;
-        self.samples += samples;
-        self.parsed_bytes += text.len();
         Ok(())
-    }
-
-    /// An error of one batch, with the page's line numbers and limits.
-    fn relocate(&self, e: ParseError) -> ParseError {
-        match e {
-            ParseError::Limit { line, what: "sample count", .. } => {
-                ParseError::Limit { line: self.lines + line, what: "sample count", limit: self.limits.max_samples }
-            }
-            ParseError::Limit { line, what, limit } => ParseError::Limit { line: self.lines + line, what, limit },
-            ParseError::Syntax { line, column, message } => {
-                ParseError::Syntax { line: self.lines + line, column, message }
-            }
-            ParseError::NotUtf8(at) => ParseError::NotUtf8(self.parsed_bytes + at),
-            other => other,
-        }
     }
 }
 
@@ -217,7 +181,7 @@ mod tests {
         p.finish()
     }
 
-    const PAGE: &str = "# HELP gpu_up up\n# TYPE gpu_up gauge\ngpu_up{gpu=\"0\"} 1\r\ngpu_up{gpu=\"1\"} 0\n\ngpu_info{gpu=\"0\",model=\"A\\nB\"} 1";
+    const PAGE: &str = "# HELP gpu_up up\n# TYPE gpu_up gauge\ngpu_up{gpu=\"0\"} 1\ngpu_up{gpu=\"1\"} 0\n\ngpu_info{gpu=\"0\",model=\"A\\nB\"} 1";
 
     #[test]
     fn a_page_in_chunks_parses_as_the_whole_page() {
@@ -264,17 +228,44 @@ mod tests {
     }
 
     #[test]
+    fn an_openmetrics_page_must_reach_its_eof() {
+        let page = "# TYPE gpu_up gauge\ngpu_up{gpu=\"0\"} 1\ngpu_up{gpu=\"1\"} 0\n# EOF\n";
+        let whole = exposition_parser::parse(page.as_bytes(), Format::OpenMetrics, &Limits::default(), |_| true);
+        let whole = whole.unwrap();
+        assert_eq!(whole.len(), 2);
+        for size in [1, 3, 7, 64] {
+            let mut p = PageParser::new(Format::OpenMetrics, Limits::default(), MAX_KEPT_BYTES, |_: &str| true);
+            let mut ended = false;
+            for chunk in page.as_bytes().chunks(size) {
+                ended = p.feed(chunk).unwrap();
+            }
+            assert!(ended, "chunks of {size}: the page ended at '# EOF'");
+            assert_eq!(p.finish().unwrap(), whole, "chunks of {size}");
+        }
+        let cut = &page[..page.find("# EOF").unwrap()];
+        let mut p = PageParser::new(Format::OpenMetrics, Limits::default(), MAX_KEPT_BYTES, |_: &str| true);
+        assert!(!p.feed(cut.as_bytes()).unwrap());
+        let e = p.finish().unwrap_err();
+        assert_eq!(e, PageError::Parse(ParseError::MissingEof { lines: 3 }));
+        assert!(!e.is_limit(), "a cut page is a bad page, not one over a limit");
+        let text = chunked("gpu_up 1\n# EOF\ngpu_up 2\n", 4, Limits::default(), MAX_KEPT_BYTES).unwrap();
+        assert_eq!(text.len(), 2, "'# EOF' is a comment in the text format");
+    }
+
+    #[test]
     fn the_exporters_own_pages_keep_far_less_than_the_bound() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../exporter/tests/golden");
         let mut largest = 0;
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
-            if path.extension().is_none_or(|e| e != "prom") {
-                continue;
-            }
+            let format = match path.extension().and_then(|e| e.to_str()) {
+                Some("prom") => Format::PrometheusText,
+                Some("openmetrics") => Format::OpenMetrics,
+                _ => continue,
+            };
             let text = std::fs::read(&path).unwrap();
             let wanted = |f: &str| crate::readings::FAMILIES.contains(&f);
-            let mut p = PageParser::new(Format::PrometheusText, Limits::default(), MAX_KEPT_BYTES, wanted);
+            let mut p = PageParser::new(format, Limits::default(), MAX_KEPT_BYTES, wanted);
             for chunk in text.chunks(8192) {
                 p.feed(chunk).unwrap();
             }

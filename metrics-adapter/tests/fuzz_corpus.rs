@@ -25,8 +25,14 @@ fn corpus(name: &str) -> Vec<(String, Vec<u8>)> {
 
 /// The expfmt fuzz target's body. Returns whether the default-limits parse succeeded.
 fn check_expfmt(data: &[u8]) -> bool {
-    let tiny =
-        Limits { max_bytes: 4096, max_line_bytes: 512, max_samples: 16, max_labels: 4, max_label_value_bytes: 32 };
+    let tiny = Limits {
+        max_bytes: 4096,
+        max_line_bytes: 512,
+        max_samples: 16,
+        max_labels: 4,
+        max_label_value_bytes: 32,
+        max_families: 4,
+    };
     for format in [Format::PrometheusText, Format::OpenMetrics] {
         for limits in [Limits::default(), tiny] {
             if let Ok(samples) = parse(data, format, &limits, |_| true) {

@@ -8,7 +8,14 @@ use gpu_metrics_adapter::source::direct::model::{FAMILIES, GpuMetric, Names, Rep
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let tiny = Limits { max_bytes: 4096, max_line_bytes: 512, max_samples: 16, max_labels: 4, max_label_value_bytes: 32 };
+    let tiny = Limits {
+        max_bytes: 4096,
+        max_line_bytes: 512,
+        max_samples: 16,
+        max_labels: 4,
+        max_label_value_bytes: 32,
+        max_families: 4,
+    };
     for format in [Format::PrometheusText, Format::OpenMetrics] {
         for limits in [Limits::default(), tiny] {
             if let Ok(samples) = parse(data, format, &limits, |_| true) {
