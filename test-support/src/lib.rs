@@ -5,14 +5,20 @@
 //! plugin, the adapter, the exporter and the health loop alike), typed Kubernetes
 //! objects for it ([`cluster`]), simulated GPU nodes and the metrics adapter as
 //! processes behind it ([`simulated`]), and loopback connection attacks on a serving
-//! edge ([`attack`]). A dev-dependency only; nothing here ships.
+//! edge ([`attack`]). Against the real thing: a Kubernetes control plane built from its
+//! Go modules ([`control_plane`], `scripts/cluster`) with simulated nodes joined to it,
+//! their exporters and the adapter behind the aggregator ([`joined`]). A dev-dependency
+//! only; nothing here ships.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod apiserver;
 pub mod attack;
 pub mod cluster;
+pub mod control_plane;
 pub mod deploy;
+pub mod joined;
+pub mod netns;
 pub mod pki;
 pub mod simulated;
 pub mod tls;

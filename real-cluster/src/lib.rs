@@ -1,0 +1,9 @@
+//! Tests only: the project's contract tests against a real Kubernetes control plane
+//! (`scripts/cluster`, built from the Go modules `cluster/` pins). The tests are in
+//! `tests/`:
+//! - `node_joins.rs`: simulated GPU nodes register, their pods are scheduled, run and
+//!   attributed by the exporters that run with `deploy/`'s identity;
+//! - `aggregator.rs`: the adapter as a real aggregated API;
+//! - `hpa.rs`: the seed's `inference-hpa` scaling `inference-pool` up and down;
+//! - `deploy_apply.rs`: `deploy/` applied server-side, admission policies type-checked.
+#![forbid(unsafe_code)]
