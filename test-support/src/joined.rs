@@ -250,7 +250,8 @@ impl Adapter {
     /// Starts the adapter as its Deployment configures it (its own serving Secret, the
     /// caBundle of the APIServices, exporters from the `gpu-exporter` EndpointSlices),
     /// points the APIServices at it and waits until the aggregator calls them Available.
-    /// `deploy/base` (and the external metrics APIService) must be applied.
+    /// `deploy/base` must be applied (and, for external metrics, the APIService of
+    /// `components/adapter-external-metrics` with Prometheus rules that serve it).
     pub fn start(cp: &ControlPlane, options: &AdapterOptions) -> Adapter {
         let bin = binaries().join("gpu-metrics-adapter");
         let kubeconfig = cp.service_account(NAMESPACE, "gpu-metrics-adapter", None);
@@ -297,12 +298,18 @@ impl Adapter {
              type: ExternalName\n  externalName: localhost\n  ports: [{{name: https, port: {}}}]\n",
             addr.port()
         ));
-        for apiservice in APISERVICES {
+        // The external metrics APIService is there only with the component that installs
+        // it (and rules that serve the group).
+        let installed: Vec<&str> = APISERVICES
+            .into_iter()
+            .filter(|a| cp.kubectl().args(["get", "apiservice", a]).output().is_ok_and(|o| o.status.success()))
+            .collect();
+        for apiservice in &installed {
             let patch = format!("{{\"spec\":{{\"service\":{{\"port\":{}}}}}}}", addr.port());
             cp.run(&["patch", "apiservice", apiservice, "--type=merge", "-p", &patch]);
         }
         let adapter = Adapter { addr, log, _process: process };
-        for apiservice in APISERVICES {
+        for apiservice in installed {
             wait_until_ok(&format!("APIService {apiservice} Available"), Duration::from_secs(90), || {
                 let out = cp
                     .kubectl()
@@ -327,6 +334,11 @@ impl Adapter {
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
+}
+
+/// `deploy/base`, rendered by kustomize.
+pub fn base() -> String {
+    crate::deploy::kustomize(&crate::simulated::workspace().join("deploy/base")).0
 }
 
 /// `deploy/base` with the external metrics APIService
