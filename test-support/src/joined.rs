@@ -5,11 +5,10 @@
 //! ServiceAccount bound to the DaemonSet's pod on their node, the adapter with a token
 //! of `gpu-metrics-adapter`; a permission `deploy/` lacks fails here as in a cluster.
 //!
-//! Where a process stands in for a pod, the cluster is told where it really listens,
-//! which is the only test-only departure: the exporter Service's EndpointSlices name the
-//! exporters' addresses ([`crate::netns`]: the API server refuses loopback ones; the
-//! endpoint slice controller does not run), and the
-//! adapter's Service becomes an ExternalName to `localhost` with the APIServices
+//! An exporter process stands in for the DaemonSet's pod on its node and listens on
+//! that pod's IP ([`crate::netns`]), so the endpoint slice controller lists it in the
+//! `gpu-exporter` Service and the API server's pods proxy reaches it, as in a cluster.
+//! The one test-only departure is the adapter's: its Service becomes an ExternalName to `localhost` with the APIServices
 //! pointing at the adapter's port (the aggregator dials an ExternalName's host, and
 //! checks the adapter's certificate for `gpu-metrics-adapter.gpu-telemetry.svc` against
 //! the caBundle the adapter writes, as in a cluster).
@@ -94,12 +93,15 @@ impl JoinedFleet {
         std::fs::write(&load, "workloads: []\n").unwrap();
         let mut command = Command::new(bin.join("fake-kubelet"));
         command.arg("join").arg("--dir").arg(&dir).arg("--load").arg(&load);
+        // Pod networks of this process's own (the exporters listen on their pod IPs, and
+        // tests run side by side): 10.<100 + pid % 150>.<node>.0/24.
+        let second = 100 + std::process::id() % 150;
         for (i, node) in nodes.iter().enumerate() {
             let scenario = dir.join(format!("{}.base.yaml", node.name));
             std::fs::write(&scenario, &node.scenario).unwrap();
             let kubeconfig = cp.user(&format!("system:node:{}", node.name), &["system:nodes"]);
             command.arg("--node").arg(format!(
-                "name={},scenario={},kubeconfig={},replicas={},pod-cidr=10.244.{}.0/24",
+                "name={},scenario={},kubeconfig={},replicas={},pod-cidr=10.{second}.{}.0/24",
                 node.name,
                 scenario.display(),
                 kubeconfig.display(),
@@ -139,22 +141,28 @@ impl JoinedFleet {
         std::fs::read_to_string(self.dir.join("fake-kubelet.log")).unwrap_or_default()
     }
 
-    /// Starts an exporter per node with `deploy/`'s identity (a token of the
-    /// `gpu-exporter` ServiceAccount bound to the DaemonSet's pod on the node), waits
-    /// until each has collected with the kubelet's pods, and publishes their addresses
-    /// in the `gpu-exporter` Service's EndpointSlices. `args` are added to each.
+    /// Starts an exporter per node in place of the DaemonSet's pod there: on the pod's
+    /// IP and port 9400 (a [`HostAddress`] at that IP), with `deploy/`'s identity (a
+    /// token of the `gpu-exporter` ServiceAccount bound to that pod); waits until each
+    /// has collected with the kubelet's pods and the endpoint slice controller lists it
+    /// in the `gpu-exporter` Service. `args` are added to each.
     pub fn start_exporters(&mut self, cp: &ControlPlane, args: &[&str]) {
         let bin = binaries();
         for node in self.nodes.clone() {
             let pod = exporter_pod(cp, &node);
+            let ip: std::net::Ipv4Addr = cp
+                .run(&["get", "pod", &pod, "-n", NAMESPACE, "-o", "jsonpath={.status.podIP}"])
+                .trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("the exporter pod {pod} has no IPv4 pod IP: {e}"));
             let kubeconfig = cp.service_account(NAMESPACE, "gpu-exporter", Some(&pod));
             let dir = self.node_dir(&node);
-            let address = HostAddress::new();
+            let address = HostAddress::at(ip);
             let mut command = Command::new(bin.join("gpu-exporter"));
             command
                 .arg("--nvml-library")
                 .arg(bin.join("libfake_nvml.so"))
-                .args(["--web.listen-address", &format!("{}:0", address.host)])
+                .args(["--web.listen-address", &format!("{}:9400", address.host)])
                 .args(["--log.format", "json", "--node-name", &node])
                 .args(["--collect-interval", "1s", "--nvml.call-timeout", "500ms"])
                 .args(["--health.dry-run=true", "--health.namespace", NAMESPACE])
@@ -179,9 +187,30 @@ impl JoinedFleet {
                 http_get(addr, "/metrics")
                     .is_some_and(|(s, m)| s == 200 && value(&m, "gpu_exporter_pod_resources_up") == Some(1.0))
             });
-            publish(cp, &node, &pod, addr);
             self.exporters.push(Exporter { node, addr, _process: process, _address: address });
         }
+        self.wait_for_endpoints(cp);
+    }
+
+    /// Waits until the `gpu-exporter` Service's EndpointSlices list every exporter
+    /// Ready, as the endpoint slice controller keeps them.
+    pub fn wait_for_endpoints(&self, cp: &ControlPlane) {
+        let want: Vec<String> = self.exporters.iter().map(|e| e.addr.ip().to_string()).collect();
+        cp.wait_for(
+            "the exporters in the gpu-exporter EndpointSlices",
+            Duration::from_secs(60),
+            &[
+                "get",
+                "endpointslices",
+                "-n",
+                NAMESPACE,
+                "-l",
+                "kubernetes.io/service-name=gpu-exporter",
+                "-o",
+                "jsonpath={.items[*].endpoints[?(@.conditions.ready==true)].addresses[0]}",
+            ],
+            |s| want.iter().all(|ip| s.split_whitespace().any(|a| a == ip)),
+        );
     }
 
     /// The exporter of `node`.
@@ -210,19 +239,6 @@ pub fn exporter_pod(cp: &ControlPlane, node: &str) -> String {
         |s| !s.is_empty(),
     );
     out.trim().to_string()
-}
-
-/// The EndpointSlice the endpoint slice controller would keep for `node`'s exporter,
-/// with the address the process really listens on.
-fn publish(cp: &ControlPlane, node: &str, pod: &str, addr: SocketAddr) {
-    cp.apply(&format!(
-        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: gpu-exporter-{node}\n  \
-         namespace: {NAMESPACE}\n  labels:\n    kubernetes.io/service-name: gpu-exporter\naddressType: IPv4\n\
-         endpoints:\n- addresses: [\"{}\"]\n  conditions: {{ready: true}}\n  nodeName: {node}\n  targetRef: {{kind: \
-         Pod, namespace: {NAMESPACE}, name: {pod}}}\nports:\n- name: metrics\n  port: {}\n  protocol: TCP\n",
-        addr.ip(),
-        addr.port()
-    ));
 }
 
 /// What the adapter is started with besides `deploy/`'s settings.
