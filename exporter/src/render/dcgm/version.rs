@@ -15,9 +15,10 @@
 //! renamed, from the commit that follows that tag on `main` (see [`Shape::host_label`]).
 //! docs/replacing-dcgm-exporter.md has the table of releases and what each changed.
 //!
-//! Every date below is read at its source, NVIDIA/dcgm-exporter at the named tags (the
-//! GPU operator deploys `etc/dcp-metrics-included.csv`, whose active rows are those of
-//! `etc/default-counters.csv` from 4.0.1 on, and the ones copied before that).
+//! Every date below is read at its source, NVIDIA/dcgm-exporter at the named tags. The
+//! fields are those of `etc/dcp-metrics-included.csv`, the file the GPU operator
+//! deploys; from 4.0.1 on its active rows are those of `etc/default-counters.csv`, and
+//! before that the operator's file is the one whose pages users saw.
 
 use std::fmt;
 
