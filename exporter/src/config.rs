@@ -182,21 +182,27 @@ pub struct Args {
     pub shutdown_timeout: Duration,
 
     /// Whose metric names to serve: native (ours, docs/metrics.md), dcgm-exporter
-    /// (dcgm-exporter 4.8's default counters, for dashboards and rules written against
-    /// it) or both (for a migration). The gpu_exporter_* and gpu_health_* families are
-    /// served in every naming. See docs/replacing-dcgm-exporter.md.
+    /// (dcgm-exporter's default counters, as --metrics.dcgm-exporter-version's release
+    /// writes them, for dashboards and rules written against it) or both (for a
+    /// migration). The gpu_exporter_* and gpu_health_* families are served in every
+    /// naming. See docs/replacing-dcgm-exporter.md.
     #[arg(long = "metrics.naming", env = "GPU_EXPORTER_METRICS_NAMING", value_enum, default_value = "native")]
     pub naming: crate::render::Naming,
 
-    /// The host label of dcgm-exporter's naming: hostname (dcgm-exporter after 4.8.2) or
-    /// Hostname (4.8.2 and before), whichever the dashboards and rules being kept use.
+    /// The dcgm-exporter release whose page dcgm-exporter's naming copies, 3.0.0 to
+    /// 4.8.3: the exporter's own version (4.8.2), or the whole image tag (4.5.3-4.8.2, as
+    /// the GPU operator's values name it). Releases differ in the host label (Hostname to
+    /// 4.8.2, hostname from 4.8.3), pod_uid (4.5.0 to 4.8.1), pci_bus_id (from 3.5.0),
+    /// err_code and err_msg (from 3.4.2) and more; docs/replacing-dcgm-exporter.md has
+    /// the table. GPU operator v26.3 ships 4.8.0 (v26.3.2: 4.8.2), v26.7 ships 4.8.3.
     #[arg(
-        long = "metrics.dcgm-exporter.hostname-label",
-        env = "GPU_EXPORTER_METRICS_DCGM_EXPORTER_HOSTNAME_LABEL",
-        value_enum,
-        default_value = "hostname"
+        long = "metrics.dcgm-exporter-version",
+        env = "GPU_EXPORTER_METRICS_DCGM_EXPORTER_VERSION",
+        value_name = "VERSION",
+        default_value = "4.8.2",
+        value_parser = crate::render::dcgm::version::parser()
     )]
-    pub dcgm_host_label: crate::render::dcgm::HostLabel,
+    pub dcgm_exporter_version: crate::render::dcgm::version::Version,
 
     #[command(flatten)]
     pub health: gpu_health_kube::config::HealthArgs,
@@ -355,23 +361,40 @@ mod tests {
     #[test]
     fn naming_is_read_from_the_flag_and_refused_when_unknown() {
         use crate::render::Naming;
-        use crate::render::dcgm::HostLabel;
         assert_eq!(args(&[]).naming, Naming::Native);
         assert_eq!(args(&["--metrics.naming", "dcgm-exporter"]).naming, Naming::DcgmExporter);
         assert_eq!(args(&["--metrics.naming", "both"]).naming, Naming::Both);
-        assert_eq!(args(&[]).dcgm_host_label, HostLabel::Lowercase);
-        assert_eq!(
-            args(&["--metrics.dcgm-exporter.hostname-label", "Hostname"]).dcgm_host_label,
-            HostLabel::Capitalized
-        );
         let err = Args::try_parse_from(["gpu-exporter", "--metrics.naming", "dcgm"]).unwrap_err().to_string();
         for part in ["--metrics.naming", "'dcgm'", "native", "dcgm-exporter", "both"] {
             assert!(err.contains(part), "{part} in {err}");
         }
-        let err = Args::try_parse_from(["gpu-exporter", "--metrics.dcgm-exporter.hostname-label", "HOSTNAME"])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("'HOSTNAME'") && err.contains("Hostname"), "{err}");
+    }
+
+    #[test]
+    fn the_dcgm_exporter_release_is_read_in_both_forms_and_refused_outside_the_range() {
+        use crate::render::dcgm::version::{DEFAULT, v};
+        assert_eq!(args(&[]).dcgm_exporter_version, DEFAULT);
+        assert_eq!(args(&["--metrics.dcgm-exporter-version", "4.8.3"]).dcgm_exporter_version, v(4, 8, 3));
+        assert_eq!(args(&["--metrics.dcgm-exporter-version", "4.4.1-4.6.0"]).dcgm_exporter_version, v(4, 6, 0));
+        assert_eq!(args(&["--metrics.dcgm-exporter-version=3.0.0"]).dcgm_exporter_version, v(3, 0, 0));
+        for (value, reason) in [
+            ("4.9.0", "4.9.0 is outside the valid range 3.0.0 to 4.8.3"),
+            ("2.6.11", "2.6.11 is outside the valid range 3.0.0 to 4.8.3"),
+            ("latest", "is not a dcgm-exporter version"),
+            ("3.3.7", "3.3.7 is the DCGM version of 3.3.7-3.5.0"),
+        ] {
+            let err = Args::try_parse_from(["gpu-exporter", "--metrics.dcgm-exporter-version", value]).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{value}");
+            let text = err.to_string();
+            for part in [
+                reason,
+                "--metrics.dcgm-exporter-version",
+                "GPU_EXPORTER_METRICS_DCGM_EXPORTER_VERSION",
+                "3.0.0 to 4.8.3",
+            ] {
+                assert!(text.contains(part), "{value}: {part} in {text}");
+            }
+        }
     }
 
     #[test]

@@ -71,7 +71,7 @@ async fn run(args: Args, web_config: WebConfig, health: gpu_health_kube::config:
         version: env!("CARGO_PKG_VERSION").to_string(),
         revision: option_env!("GPU_EXPORTER_REVISION").unwrap_or("unknown").to_string(),
         naming: args.naming,
-        dcgm_host_label: args.dcgm_host_label,
+        dcgm_version: args.dcgm_exporter_version,
     };
     let listener = bind(&args).await?;
     let local = listener.local_addr().context("listener address")?;

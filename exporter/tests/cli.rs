@@ -45,6 +45,26 @@ fn flags_can_come_from_the_environment() {
 }
 
 #[test]
+fn a_dcgm_exporter_release_outside_the_range_stops_the_binary_naming_flag_variable_and_range() {
+    for value in ["4.9.0", "2.4.7-2.6.11", "3.3.7", "four"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpu-exporter"))
+            .env("GPU_EXPORTER_METRICS_DCGM_EXPORTER_VERSION", value)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");
+        for part in [
+            "--metrics.dcgm-exporter-version",
+            "GPU_EXPORTER_METRICS_DCGM_EXPORTER_VERSION",
+            "3.0.0 to 4.8.3",
+            &format!("'{value}'"),
+        ] {
+            assert!(stderr.contains(part), "{value}: the refusal lacks {part:?}: {stderr}");
+        }
+    }
+}
+
+#[test]
 fn a_bad_web_config_file_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("web.yml");

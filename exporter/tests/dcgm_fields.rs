@@ -85,3 +85,27 @@ fn the_replacing_guide_covers_every_field_and_names_real_paths() {
         assert!(root.join(path).exists(), "the guide names {path}, which does not exist");
     }
 }
+
+/// docs/replacing-dcgm-exporter.md has the release table: a row starting at every
+/// release whose page differs from the one before it, and the flag's range.
+#[test]
+fn the_replacing_guide_has_a_row_for_every_release_that_changed_the_page() {
+    use gpu_exporter::render::dcgm::version::{NEWEST, OLDEST, RELEASES};
+    let guide = std::fs::read_to_string(common::repo_root().join("docs/replacing-dcgm-exporter.md")).unwrap();
+    let rows: Vec<&str> = guide.lines().filter(|l| l.starts_with("| ")).collect();
+    let mut changed = 0;
+    for pair in RELEASES.windows(2) {
+        let ((_, before), (dcgm, after)) = (pair[0], pair[1]);
+        if before.shape() == after.shape() {
+            continue;
+        }
+        changed += 1;
+        let starts = [format!("| {after} (`{dcgm}-{after}`)"), format!("| **{after}** (`{dcgm}-{after}`)")];
+        assert!(
+            rows.iter().any(|row| starts.iter().any(|s| row.starts_with(s.as_str()))),
+            "the guide's release table has no row starting at {dcgm}-{after}"
+        );
+    }
+    assert_eq!(changed, 7, "releases that changed the page we serve");
+    assert!(guide.contains(&format!("**{OLDEST} to {NEWEST}**")), "the guide states the range");
+}

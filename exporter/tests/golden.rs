@@ -16,7 +16,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use common::{Exporter, Launch, shipped_scenario};
+use common::{Node, shipped_scenario};
 
 /// Families whose values change from run to run.
 const RUN_DEPENDENT: &[&str] = &[
@@ -48,58 +48,14 @@ fn golden_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name)
 }
 
-/// The exporter with the simulated kubelet; both stop when dropped.
-struct Node {
-    exporter: Exporter,
-    _kubelet: fake_kubelet::KubeletServer,
-    _dir: tempfile::TempDir,
-}
-
-impl std::ops::Deref for Node {
-    type Target = Exporter;
-    fn deref(&self) -> &Exporter {
-        &self.exporter
-    }
-}
-
 fn start(scenario: &str) -> Node {
     start_with(scenario, &[])
 }
 
 /// [`start`] with more flags.
 fn start_with(scenario: &str, extra: &[&str]) -> Node {
-    let path = shipped_scenario(scenario);
-    let dir = tempfile::tempdir().unwrap();
-    let kubelet = fake_kubelet::start_in(&fake_nvml::scenario::Scenario::load(&path).unwrap(), dir.path()).unwrap();
-    let at = |name: &str| dir.path().join(name).display().to_string();
-    let exporter = Launch::scenario(&path, Some(120.0))
-        .args(&[
-            "--collect-interval",
-            "200ms",
-            "--nvml.call-timeout",
-            "150ms",
-            "--label",
-            "cluster=production,region=cn-east",
-            "--kubelet.pod-resources-socket",
-            &at("kubelet.sock"),
-            "--path.procfs",
-            &at("proc"),
-            "--path.pod-logs",
-            &at("pods"),
-        ])
-        .args(extra)
-        .start();
-    exporter.wait_ready();
-    // The first pod-resources list and pod log scan run at start, beside the first cycles.
-    common::wait_for(std::time::Duration::from_secs(20), || {
-        common::sample(&exporter.metrics(), "gpu_exporter_pod_resources_up", &[]) == Some(1.0)
-    })
-    .unwrap_or_else(|| panic!("pod-resources never came up; logs:\n{}", exporter.logs()));
-    // XIDs due by the frozen time arrive right after registration, and the pod log scan
-    // beside the first list; two more cycles make sure.
-    let cycles = common::sample(&exporter.metrics(), "gpu_exporter_collections_total", &[]).unwrap_or(0.0) as u64;
-    exporter.wait_cycles(cycles + 2);
-    Node { exporter, _kubelet: kubelet, _dir: dir }
+    let args = [&["--label", "cluster=production,region=cn-east"], extra].concat();
+    common::start_node(&shipped_scenario(scenario), Some(120.0), &args)
 }
 
 /// Masks run-dependent values and the build revision.

@@ -3,10 +3,10 @@
 //! Figures are those the driver reports for each board (names as NVML spells them,
 //! memory as `nvidia-smi` shows it, default power limit, maximum clocks, thermal
 //! thresholds) and the feature set that decides which NVML calls answer
-//! `NVML_ERROR_NOT_SUPPORTED`: no MIG on L40S and RTX 4090, no GPM before Hopper, no
+//! `NVML_ERROR_NOT_SUPPORTED`: no MIG on T4, L40S and RTX 4090, no GPM before Hopper, no
 //! NVENC on A100/H100/H200, no ECC on the RTX 4090, page retirement before Ampere and
 //! row remapping from Ampere on; NVLink only on the SXM boards (12 links on A100 SXM4,
-//! 18 on H100 SXM5 and H200 SXM, 6 on V100 SXM2; none on the PCIe L40S and RTX 4090), a
+//! 18 on H100 SXM5 and H200 SXM, 6 on V100 SXM2; none on the PCIe T4, L40S and RTX 4090), a
 //! memory temperature sensor only on the HBM boards (those with a memory temperature
 //! threshold). Thresholds are typical board values, close enough for
 //! the exporter's and the health loop's logic; a scenario can override them per GPU.
@@ -182,6 +182,37 @@ pub const MODELS: &[Model] = &[
         row_remapping: false,
         page_retirement: false,
         pcie_gen: 4,
+        nvlink_links: 0,
+    },
+    // `nvidia-smi -q` of a Tesla T4 on driver 530.30.02 (PCI device 0x1EB810DE, PCIe
+    // generation 3, 15360 MiB with 393 MiB reserved, 70 W, 1590/5001 MHz, shutdown 96,
+    // slowdown 93, max operating 85 °C, no memory sensor, retired pages and no remapped
+    // rows); NVIDIA's T4 datasheet gives the same 70 W and 16 GB GDDR6. Turing: no MIG,
+    // no GPM, no NVLink; it has NVENC and NVDEC. The dcgm-exporter pages of
+    // run-ai/fake-gpu-operator were captured on it.
+    Model {
+        key: "T4-16GB",
+        name: "Tesla T4",
+        architecture: 6,
+        compute_capability: (7, 5),
+        pci_device_id: 0x1EB8_10DE,
+        memory_total_bytes: 15360 * MIB,
+        memory_reserved_bytes: 393 * MIB,
+        power_limit_watts: 70.0,
+        max_sm_clock_mhz: 1590,
+        max_mem_clock_mhz: 5001,
+        temp_shutdown_c: 96,
+        temp_slowdown_c: 93,
+        temp_gpu_max_c: 85,
+        temp_mem_max_c: None,
+        ecc_supported: true,
+        nvenc: true,
+        nvdec: true,
+        mig_capable: false,
+        gpm: false,
+        row_remapping: false,
+        page_retirement: true,
+        pcie_gen: 3,
         nvlink_links: 0,
     },
     Model {

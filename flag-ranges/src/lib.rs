@@ -60,6 +60,12 @@ impl<T: FromStr + fmt::Display> Bounded<T> {
 }
 
 impl<T> Bounded<T> {
+    /// A flag of any ordered type (a release number, say): read by `parse`, shown in
+    /// the range by `show`.
+    pub fn new(parse: fn(&str) -> Result<T, String>, show: fn(&T) -> String, min: T, max: T) -> Self {
+        Bounded { parse, show, min, max }
+    }
+
     /// The range as help texts and docs state it, e.g. `100ms to 5m`.
     pub fn range(&self) -> String {
         format!("{} to {}", (self.show)(&self.min), (self.show)(&self.max))
@@ -125,6 +131,22 @@ mod tests {
         let d = Bounded::duration(parse_duration, Duration::from_secs(1), Duration::from_secs(300));
         assert_eq!(d.range(), "1s to 5m");
         assert!(d.check("0s").unwrap_err().contains("outside the valid range 1s to 5m"));
+    }
+
+    #[test]
+    fn any_ordered_type_with_its_own_reader() {
+        fn pair(text: &str) -> Result<(u8, u8), String> {
+            let (a, b) = text.split_once('.').ok_or_else(|| format!("{text:?} is not MAJOR.MINOR"))?;
+            Ok((
+                a.parse().map_err(|_| format!("{a:?} is not a number"))?,
+                b.parse().map_err(|_| format!("{b:?} is not a number"))?,
+            ))
+        }
+        let b = Bounded::new(pair, |(a, b)| format!("{a}.{b}"), (3, 0), (4, 8));
+        assert_eq!(b.range(), "3.0 to 4.8");
+        assert_eq!(b.check("4.8"), Ok((4, 8)));
+        assert_eq!(b.check("4.9").unwrap_err(), "4.9 is outside the valid range 3.0 to 4.8");
+        assert_eq!(b.check("4").unwrap_err(), "\"4\" is not MAJOR.MINOR; valid: 3.0 to 4.8");
     }
 
     #[test]

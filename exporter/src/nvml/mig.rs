@@ -41,6 +41,8 @@ const PROFILE_PROBE_LIMIT: u32 = 64;
 struct Profile {
     name: String,
     compute_slices: u32,
+    /// `memorySizeMB` of the profile info.
+    memory_mib: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -49,6 +51,8 @@ struct Identity {
     gpu_instance_id: u32,
     compute_instance_id: u32,
     compute_slices: u32,
+    /// The GPU instance profile's memory, when the profile is in the driver's table.
+    memory_mib: Option<u64>,
 }
 
 /// MIG state kept between cycles for one GPU.
@@ -76,6 +80,11 @@ fn profile_from_device_name(name: &str) -> Option<String> {
     let (_, profile) = name.rsplit_once("MIG ")?;
     let profile = profile.trim();
     (!profile.is_empty()).then(|| profile.to_string())
+}
+
+/// A profile as the driver's table describes it.
+fn profile(info: &nvmlGpuInstanceProfileInfo_v2_t) -> Profile {
+    Profile { name: profile_name(&info.name), compute_slices: info.sliceCount, memory_mib: info.memorySizeMB }
 }
 
 fn new_info() -> nvmlGpuInstanceProfileInfo_v2_t {
@@ -176,6 +185,7 @@ impl MigReader {
             gpu_instance_id: identity.gpu_instance_id,
             compute_instance_id: identity.compute_instance_id,
             compute_slices: identity.compute_slices,
+            gpu_instance_memory_mib: identity.memory_mib,
             memory,
             sm_activity_percent: activity.sm,
             tensor_activity_percent: activity.tensor,
@@ -259,7 +269,7 @@ fn read_profiles(
         })?;
         match answer {
             Ok(info) => {
-                profiles.insert(info.id, Profile { name: profile_name(&info.name), compute_slices: info.sliceCount });
+                profiles.insert(info.id, profile(&info));
             }
             // This GPU does not offer the profile at this index.
             Err(NvmlError::NotSupported) => {}
@@ -358,6 +368,7 @@ fn read_identity(
             gpu_instance_id: gi,
             compute_instance_id: ci.value().unwrap_or(0),
             compute_slices: gi_slices.unwrap_or(0),
+            memory_mib: profile.as_ref().map(|p| p.memory_mib),
         },
         settled,
     )))
@@ -418,9 +429,7 @@ fn profile_by_id(nvml: &Nvml, calls: &mut Calls<'_>, parent: &Device<'_>, id: u3
         raw(unsafe { f(parent.handle(), id, &mut info) }).map(|()| info)
     })?;
     Ok(match answer {
-        Answer::Value(info) => {
-            Answer::Value(Profile { name: profile_name(&info.name), compute_slices: info.sliceCount })
-        }
+        Answer::Value(info) => Answer::Value(profile(&info)),
         Answer::NotSupported => Answer::NotSupported,
         Answer::Failed => Answer::Failed,
     })

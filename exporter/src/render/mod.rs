@@ -52,8 +52,8 @@ pub struct RenderContext {
     pub revision: String,
     /// Whose metric names to serve.
     pub naming: Naming,
-    /// The host label's name in dcgm-exporter's naming.
-    pub dcgm_host_label: dcgm::HostLabel,
+    /// The dcgm-exporter release whose page dcgm-exporter's naming copies.
+    pub dcgm_version: dcgm::version::Version,
 }
 
 /// Whose metric names the GPU families are served under (`--metrics.naming`).
@@ -62,7 +62,8 @@ pub enum Naming {
     /// Ours (docs/metrics.md).
     #[default]
     Native,
-    /// dcgm-exporter 4.8's default counters instead of ours (docs/replacing-dcgm-exporter.md).
+    /// dcgm-exporter's default counters instead of ours, as the release in
+    /// [`RenderContext::dcgm_version`] writes them (docs/replacing-dcgm-exporter.md).
     #[value(name = "dcgm-exporter")]
     DcgmExporter,
     /// Both, for the weeks of a migration.

@@ -119,6 +119,10 @@ pub struct MigInstance {
     pub compute_instance_id: u32,
     /// Compute slices of the GPU instance.
     pub compute_slices: u32,
+    /// The GPU instance profile's memory as the driver's profile table gives it
+    /// (`nvmlGpuInstanceProfileInfo_v2_t.memorySizeMB`, MiB); `None` where the profile
+    /// is not in the table. DCGM names the instance from it (`GPU_I_PROFILE`).
+    pub gpu_instance_memory_mib: Option<u64>,
     pub memory: Option<MemoryReading>,
     /// GPM, percent of the instance's capacity over the last collection interval;
     /// `None` where the GPU has no GPM (before Hopper) or no interval has passed yet.

@@ -206,6 +206,48 @@ impl Drop for Exporter {
     }
 }
 
+/// The exporter on a simulated node with the simulated kubelet beside it (pod-resources
+/// socket, procfs and pod log trees); both stop when dropped.
+pub struct Node {
+    pub exporter: Exporter,
+    _kubelet: fake_kubelet::KubeletServer,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Node {
+    type Target = Exporter;
+    fn deref(&self) -> &Exporter {
+        &self.exporter
+    }
+}
+
+/// Starts the exporter on `scenario` (time frozen at `frozen_at` seconds if given) with
+/// the simulated kubelet, collecting every 200ms, with `args` added; returns once the
+/// pod-resources list came in and two more cycles ran, so pods and XIDs due by then
+/// are on the page.
+pub fn start_node(scenario: &Path, frozen_at: Option<f64>, args: &[&str]) -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = fake_kubelet::start_in(&fake_nvml::scenario::Scenario::load(scenario).unwrap(), dir.path()).unwrap();
+    let at = |name: &str| dir.path().join(name).display().to_string();
+    let exporter = Launch::scenario(scenario, frozen_at)
+        .args(&["--collect-interval", "200ms", "--nvml.call-timeout", "150ms"])
+        .args(&["--kubelet.pod-resources-socket", &at("kubelet.sock")])
+        .args(&["--path.procfs", &at("proc"), "--path.pod-logs", &at("pods")])
+        .args(args)
+        .start();
+    exporter.wait_ready();
+    // The first pod-resources list and pod log scan run at start, beside the first cycles.
+    wait_for(Duration::from_secs(20), || {
+        sample(&exporter.metrics(), "gpu_exporter_pod_resources_up", &[]) == Some(1.0)
+    })
+    .unwrap_or_else(|| panic!("pod-resources never came up; logs:\n{}", exporter.logs()));
+    // XIDs due by the frozen time arrive right after registration, and the pod log scan
+    // beside the first list; two more cycles make sure.
+    let cycles = sample(&exporter.metrics(), "gpu_exporter_collections_total", &[]).unwrap_or(0.0) as u64;
+    exporter.wait_cycles(cycles + 2);
+    Node { exporter, _kubelet: kubelet, _dir: dir }
+}
+
 /// Polls `check` until it holds or `timeout` passes.
 pub fn wait_for(timeout: Duration, mut check: impl FnMut() -> bool) -> Option<()> {
     let deadline = Instant::now() + timeout;

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
+use super::version::{Version, v};
 use super::*;
 use crate::exposition::Format;
 use crate::render::{Naming, render};
@@ -72,6 +73,7 @@ fn mig_gpu(index: u32) -> GpuSnapshot {
         gpu_instance_id: gi,
         compute_instance_id: 0,
         compute_slices: 3,
+        gpu_instance_memory_mib: Some(40_192),
         memory: Some(MemoryReading { total_bytes: 40 * GIB, used_bytes: used, reserved_bytes: 0 }),
         sm_activity_percent: Some(10.0),
         tensor_activity_percent: Some(25.0),
@@ -98,6 +100,22 @@ fn page(s: &Snapshot, naming: Naming) -> String {
     render(s, &ctx(naming), Format::PrometheusText)
 }
 
+/// The dcgm-exporter page of `release`.
+fn page_of(s: &Snapshot, release: Version) -> String {
+    render(s, &RenderContext { dcgm_version: release, ..ctx(Naming::DcgmExporter) }, Format::PrometheusText)
+}
+
+/// The label names of a sample line, in order.
+fn label_names(line: &str) -> Vec<&str> {
+    let inside = line.split_once('{').and_then(|(_, rest)| rest.rsplit_once('}')).map_or("", |(labels, _)| labels);
+    inside.split("\",").filter_map(|pair| pair.split_once('=')).map(|(name, _)| name).collect()
+}
+
+fn held(s: &mut Snapshot, uuid: &str) {
+    let owner = ContainerRef { namespace: "ml".into(), pod: "train-0".into(), container: "main".into() };
+    s.attribution.get_or_insert_with(AttributionResult::default).owners.insert(uuid.to_string(), owner);
+}
+
 /// Sample lines of `name` (exactly that name).
 fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
     text.lines()
@@ -115,7 +133,7 @@ fn a_gpu_series_has_dcgm_exporters_labels_in_its_order() {
     assert!(
         text.contains(
             "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-0\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",\
-             modelName=\"NVIDIA H100 80GB HBM3\",hostname=\"gpu-node-1\",DCGM_FI_DRIVER_VERSION=\"550.90.07\",\
+             modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"gpu-node-1\",DCGM_FI_DRIVER_VERSION=\"550.90.07\",\
              cluster=\"production\"} 83\n"
         ),
         "{text}"
@@ -124,12 +142,12 @@ fn a_gpu_series_has_dcgm_exporters_labels_in_its_order() {
 }
 
 #[test]
-fn the_host_label_can_take_its_old_name() {
-    let mut c = ctx(Naming::DcgmExporter);
-    c.dcgm_host_label = HostLabel::Capitalized;
-    let text = render(&snapshot(vec![gpu(0)]), &c, Format::PrometheusText);
-    assert!(text.contains(",Hostname=\"gpu-node-1\","), "{text}");
-    assert!(!text.contains("hostname="), "{text}");
+fn the_host_label_is_hostname_from_4_8_3() {
+    let text = page_of(&snapshot(vec![gpu(0)]), v(4, 8, 3));
+    assert!(text.contains(",hostname=\"gpu-node-1\","), "{text}");
+    assert!(!text.contains("Hostname="), "{text}");
+    let text = page_of(&snapshot(vec![gpu(0)]), v(4, 8, 2));
+    assert!(text.contains(",Hostname=\"gpu-node-1\",") && !text.contains("hostname="), "{text}");
 }
 
 #[test]
@@ -214,18 +232,21 @@ fn a_reading_we_lack_stays_absent() {
 fn the_xid_gauge_is_zero_until_an_xid_then_the_last_code() {
     let text = page(&snapshot(vec![gpu(0)]), Naming::DcgmExporter);
     let line = samples(&text, "DCGM_FI_DEV_XID_ERRORS")[0];
-    assert!(line.ends_with(",err_code=\"0\",err_msg=\"No Error\"} 0"), "{line}");
+    assert!(line.ends_with(",err_code=\"0\",err_msg=\"No Error\",cluster=\"production\"} 0"), "{line}");
     let mut g = gpu(0);
     let at = |s| XidRecord { count: 1, last_seen: UNIX_EPOCH + Duration::from_secs(s) };
     g.xids = BTreeMap::from([(79, at(100)), (13, at(200)), (999, at(50))]);
     let text = page(&snapshot(vec![g.clone()]), Naming::DcgmExporter);
     let line = samples(&text, "DCGM_FI_DEV_XID_ERRORS")[0];
-    assert!(line.ends_with(",err_code=\"13\",err_msg=\"Graphics Engine Exception\"} 13"), "{line}");
+    assert!(
+        line.ends_with(",err_code=\"13\",err_msg=\"Graphics Engine Exception\",cluster=\"production\"} 13"),
+        "{line}"
+    );
     g.xids.insert(999, at(300));
     assert_eq!(last_xid(&g), 999);
     let text = page(&snapshot(vec![g]), Naming::DcgmExporter);
     let line = samples(&text, "DCGM_FI_DEV_XID_ERRORS")[0];
-    assert!(line.ends_with(",err_code=\"999\",err_msg=\"Unknown Error\"} 999"), "{line}");
+    assert!(line.ends_with(",err_code=\"999\",err_msg=\"Unknown Error\",cluster=\"production\"} 999"), "{line}");
 }
 
 #[test]
@@ -240,18 +261,14 @@ fn xid_text_matches_dcgm_exporters_table_at_its_ends() {
 #[test]
 fn gpu_instances_carry_their_profile_and_id_with_the_parents_gpu_labels() {
     let mut s = snapshot(vec![mig_gpu(2)]);
-    let owner = ContainerRef { namespace: "ml".into(), pod: "train-0".into(), container: "main".into() };
-    s.attribution = Some(AttributionResult {
-        owners: BTreeMap::from([("MIG-b".to_string(), owner)]),
-        ..AttributionResult::default()
-    });
+    held(&mut s, "MIG-b");
     let text = page(&s, Naming::DcgmExporter);
     let used = samples(&text, "DCGM_FI_DEV_FB_USED");
     assert_eq!(used.len(), 2, "per instance only, not the whole GPU too: {used:?}");
     assert!(
         used[0].starts_with(
             "DCGM_FI_DEV_FB_USED{gpu=\"2\",UUID=\"GPU-2\",pci_bus_id=\"00000000:1A:00.0\",device=\"nvidia2\",\
-             modelName=\"NVIDIA H100 80GB HBM3\",GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\"1\",hostname=\"gpu-node-1\","
+             modelName=\"NVIDIA H100 80GB HBM3\",GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\"1\",Hostname=\"gpu-node-1\","
         ),
         "{}",
         used[0]
@@ -259,7 +276,7 @@ fn gpu_instances_carry_their_profile_and_id_with_the_parents_gpu_labels() {
     assert!(used[0].ends_with(" 1024"), "{}", used[0]);
     assert!(
         used[1].contains(
-            "GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\"2\",hostname=\"gpu-node-1\",DCGM_FI_DRIVER_VERSION=\"550.90.07\",\
+            "GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\"2\",Hostname=\"gpu-node-1\",DCGM_FI_DRIVER_VERSION=\"550.90.07\",\
              container=\"main\",namespace=\"ml\",pod=\"train-0\",cluster=\"production\"} 2048"
         ),
         "{}",
@@ -268,11 +285,150 @@ fn gpu_instances_carry_their_profile_and_id_with_the_parents_gpu_labels() {
     let tensor: Vec<f64> = samples(&text, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE").iter().map(|l| value(l)).collect();
     assert_eq!(tensor, [0.25, 0.25]);
     assert!(samples(&text, "DCGM_FI_PROF_DRAM_ACTIVE").is_empty(), "no GPM DRAM reading, no series");
-    // Device-wide readings once, on the GPU.
-    let temp = samples(&text, "DCGM_FI_DEV_GPU_TEMP");
-    assert_eq!(temp.len(), 1);
-    assert!(!temp[0].contains("GPU_I_"), "{}", temp[0]);
-    assert!(samples(&text, "DCGM_FI_DEV_GPU_UTIL").is_empty(), "NVML has no utilization in MIG mode");
+}
+
+/// dcgm-exporter's default device mode reads a GPU with GPU instances only through
+/// them, and DCGM answers a device-level field on an instance with the GPU's value.
+#[test]
+fn device_level_fields_are_repeated_on_each_instance_and_no_series_lacks_gpu_i() {
+    let mut s = snapshot(vec![mig_gpu(2), gpu(3)]);
+    held(&mut s, "MIG-b");
+    let text = page(&s, Naming::DcgmExporter);
+    for field in FIELDS {
+        for line in samples(&text, field.family.name) {
+            let whole = line.contains("gpu=\"3\"");
+            assert_eq!(!whole, line.contains(",GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\""), "{line}");
+        }
+    }
+    let on_instances =
+        |name: &str| -> Vec<&str> { samples(&text, name).into_iter().filter(|l| l.contains("gpu=\"2\"")).collect() };
+    for (name, each) in [
+        ("DCGM_FI_DEV_SM_CLOCK", 1980.0),
+        ("DCGM_FI_DEV_MEM_CLOCK", 2619.0),
+        ("DCGM_FI_DEV_MEMORY_TEMP", 72.0),
+        ("DCGM_FI_DEV_GPU_TEMP", 64.0),
+        ("DCGM_FI_DEV_POWER_USAGE", 312.457),
+        ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 123_456_789.0),
+        ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 7.0),
+        ("DCGM_FI_DEV_XID_ERRORS", 0.0),
+        ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 24414.0),
+        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 1.0),
+        ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", 2.0),
+        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", 0.0),
+    ] {
+        let lines = on_instances(name);
+        assert_eq!(lines.len(), 2, "{name} once per instance: {lines:?}");
+        assert!(lines.iter().all(|l| value(l) == each), "{name}: the GPU's value on each: {lines:?}");
+        // The holder of an instance is on that instance's series, and only there.
+        assert!(lines[1].contains(",pod=\"train-0\",") && !lines[0].contains("pod="), "{name}: {lines:?}");
+    }
+    // NVML has no utilization, encoder or decoder value, nor DCGM's profiling module a
+    // PCIe rate, for a GPU instance: no MIG page has them.
+    for name in [
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "DCGM_FI_DEV_ENC_UTIL",
+        "DCGM_FI_DEV_DEC_UTIL",
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+    ] {
+        assert!(on_instances(name).is_empty(), "{name}: {:?}", on_instances(name));
+        assert_eq!(samples(&text, name).len(), 1, "{name} on the whole GPU 3");
+    }
+}
+
+#[test]
+fn a_stale_gpu_with_instances_keeps_only_its_xid_on_each_instance() {
+    let stale = GpuSnapshot { readings: None, state: GpuState::Failed { error: "x".into() }, ..mig_gpu(0) };
+    let text = page(&snapshot(vec![stale]), Naming::DcgmExporter);
+    let series: Vec<&str> = text.lines().filter(|l| l.starts_with("DCGM_")).collect();
+    assert_eq!(series.len(), 2, "{series:?}");
+    assert!(series.iter().all(|l| l.starts_with("DCGM_FI_DEV_XID_ERRORS{") && l.contains("GPU_I_ID=")), "{series:?}");
+}
+
+#[test]
+fn xid_attributes_sit_among_the_pod_labels_in_name_order() {
+    let mut s = snapshot(vec![gpu(0)]);
+    held(&mut s, "GPU-0");
+    let text = page_of(&s, v(4, 6, 0));
+    let line = samples(&text, "DCGM_FI_DEV_XID_ERRORS")[0];
+    assert_eq!(
+        label_names(line),
+        [
+            "gpu",
+            "UUID",
+            "pci_bus_id",
+            "device",
+            "modelName",
+            "Hostname",
+            "DCGM_FI_DRIVER_VERSION",
+            "container",
+            "err_code",
+            "err_msg",
+            "namespace",
+            "pod",
+            "pod_uid",
+            "cluster"
+        ],
+        "{line}"
+    );
+    assert!(line.contains(",pod_uid=\"\","), "dcgm-exporter does not look the UID up by default: {line}");
+}
+
+/// Each release's page, from the same snapshot: what `version::Shape` says it changed.
+#[test]
+fn each_release_writes_its_own_shape() {
+    let mut s = snapshot(vec![gpu(0), gpu(1)]);
+    held(&mut s, "GPU-0");
+    let names = |text: &str, family: &str, gpu: &str| -> Vec<String> {
+        let line = samples(text, family).into_iter().find(|l| l.contains(&format!("{{gpu=\"{gpu}\""))).unwrap();
+        label_names(line).into_iter().map(String::from).collect()
+    };
+    let head = ["gpu", "UUID", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"];
+    // 3.2.0, the GPU operator v23.9.2's: no pci_bus_id, no XID attributes, empty pod
+    // labels on the GPU no container holds.
+    let text = page_of(&s, v(3, 2, 0));
+    assert_eq!(
+        names(&text, "DCGM_FI_DEV_XID_ERRORS", "0"),
+        [&head[..], &["container", "namespace", "pod", "cluster"]].concat()
+    );
+    assert_eq!(
+        names(&text, "DCGM_FI_DEV_SM_CLOCK", "1"),
+        [&head[..], &["container", "namespace", "pod", "cluster"]].concat()
+    );
+    assert!(samples(&text, "DCGM_FI_DEV_SM_CLOCK")[1].contains(",container=\"\",namespace=\"\",pod=\"\","));
+    assert!(samples(&text, "DCGM_FI_DEV_FB_RESERVED").is_empty() && !text.contains("DCGM_FI_DEV_FB_RESERVED"));
+    assert!(
+        text.contains(
+            "# HELP DCGM_FI_PROF_PIPE_TENSOR_ACTIVE Ratio of cycles the tensor (HMMA) pipe is active (in %).\n"
+        )
+    );
+    // 3.4.1: an idle GPU has no pod labels at all.
+    assert_eq!(names(&page_of(&s, v(3, 4, 1)), "DCGM_FI_DEV_SM_CLOCK", "1"), [&head[..], &["cluster"]].concat());
+    // 3.5.0: pci_bus_id, err_code and err_msg, help strings without the unit.
+    let text = page_of(&s, v(3, 5, 0));
+    let with_bus = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"];
+    assert_eq!(
+        names(&text, "DCGM_FI_DEV_XID_ERRORS", "1"),
+        [&with_bus[..], &["err_code", "err_msg", "cluster"]].concat()
+    );
+    assert!(
+        text.contains("# HELP DCGM_FI_PROF_PIPE_TENSOR_ACTIVE Ratio of cycles the tensor (HMMA) pipe is active.\n")
+    );
+    assert!(!text.contains("DCGM_FI_DEV_FB_RESERVED"));
+    // 4.4.0: the reserved framebuffer; 4.6.0: pod_uid on the held GPU only.
+    assert_eq!(samples(&page_of(&s, v(4, 4, 0)), "DCGM_FI_DEV_FB_RESERVED").len(), 2);
+    let text = page_of(&s, v(4, 6, 0));
+    assert_eq!(
+        names(&text, "DCGM_FI_DEV_SM_CLOCK", "0"),
+        [&with_bus[..], &["container", "namespace", "pod", "pod_uid", "cluster"]].concat()
+    );
+    assert_eq!(names(&text, "DCGM_FI_DEV_SM_CLOCK", "1"), [&with_bus[..], &["cluster"]].concat());
+    // 4.8.2: pod_uid gone again; 4.8.3: hostname.
+    assert!(!page_of(&s, v(4, 8, 2)).contains("pod_uid"));
+    let text = page_of(&s, v(4, 8, 3));
+    let lower: Vec<&str> = with_bus.iter().map(|n| if *n == "Hostname" { "hostname" } else { n }).collect();
+    assert_eq!(names(&text, "DCGM_FI_DEV_SM_CLOCK", "1"), [&lower[..], &["cluster"]].concat());
 }
 
 #[test]
@@ -320,4 +476,30 @@ fn gpu_instance_profile_drops_a_smaller_compute_instance() {
     assert_eq!(gpu_instance_profile("1c.3g.40gb"), "3g.40gb");
     assert_eq!(gpu_instance_profile("1g.10gb+me"), "1g.10gb+me");
     assert_eq!(gpu_instance_profile("c.x"), "c.x");
+}
+
+/// DCGM names a GPU instance from its profile's slices and memory, in GiB rounded up.
+#[test]
+fn gpu_i_profile_is_dcgms_name_of_the_instance() {
+    let instance = |profile: &str, slices: u32, mib: Option<u64>| MigInstance {
+        profile: profile.into(),
+        compute_slices: slices,
+        gpu_instance_memory_mib: mib,
+        ..MigInstance::default()
+    };
+    // `nvidia-smi mig -lgip` of an H100 NVL lists 1g.12gb with 10.62 GiB (10,880 MiB;
+    // OpenNebula/website, content/product/cluster_configuration/hosts_and_clusters/vgpu.md):
+    // dcgm-exporter issue #544 shows it as 1g.11gb.
+    assert_eq!(dcgm_profile_name(&instance("1g.12gb", 1, Some(10_880))), "1g.11gb");
+    assert_eq!(dcgm_profile_name(&instance("1g.12gb+me", 1, Some(10_880))), "1g.11gb");
+    assert_eq!(dcgm_profile_name(&instance("7g.94gb", 7, Some(94_848))), "7g.93gb");
+    // An 80 GB A100's 7g.80gb has 80,384 MiB: gpu-operator issue #687 shows 7g.79gb.
+    assert_eq!(dcgm_profile_name(&instance("7g.80gb", 7, Some(80_384))), "7g.79gb");
+    assert_eq!(dcgm_profile_name(&instance("1g.10gb", 1, Some(9_728))), "1g.10gb");
+    assert_eq!(dcgm_profile_name(&instance("1c.3g.40gb", 3, Some(40_192))), "3g.40gb");
+    // Exactly a whole GiB stays as it is.
+    assert_eq!(dcgm_profile_name(&instance("1g.16gb", 1, Some(16_384))), "1g.16gb");
+    // No size from the driver's table: the GPU instance's profile as the driver names it.
+    assert_eq!(dcgm_profile_name(&instance("1c.3g.40gb", 3, None)), "3g.40gb");
+    assert_eq!(dcgm_profile_name(&instance("2g.20gb", 0, Some(19_968))), "2g.20gb");
 }
