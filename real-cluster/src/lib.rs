@@ -1,4 +1,4 @@
-//! Tests only: the project's contract tests against a real Kubernetes control plane
+//! The project's contract tests against a real Kubernetes control plane
 //! (`scripts/cluster`, built from the Go modules `cluster/` pins). The tests are in
 //! `tests/`:
 //! - `node_joins.rs`: simulated GPU nodes register, their pods are scheduled, run and
@@ -6,4 +6,7 @@
 //! - `aggregator.rs`: the adapter as a real aggregated API;
 //! - `hpa.rs`: the seed's `inference-hpa` scaling `inference-pool` up and down;
 //! - `deploy_apply.rs`: `deploy/` applied server-side, admission policies type-checked.
+//!
+//! The binary `cluster-demo` (`src/bin/`) is `scripts/demo`: the same stack, with the
+//! seed's HPA scaling as the simulated load rises and falls.
 #![forbid(unsafe_code)]

@@ -24,6 +24,11 @@ pub struct Options {
     pub runtime_config: Option<String>,
     /// Every component's `--feature-gates`.
     pub feature_gates: Option<String>,
+    /// Where the cluster lives (default: a temporary directory of its own).
+    pub dir: Option<PathBuf>,
+    /// Let `scripts/cluster` print to the terminal (the build's notice, `KUBECONFIG=`
+    /// as soon as the API server answers), as the demo wants.
+    pub show_progress: bool,
 }
 
 /// A running control plane; dropped, it stops and its directory goes.
@@ -39,7 +44,7 @@ pub struct ControlPlane {
     pub ca_key: PathBuf,
     /// The cluster's own kubectl.
     pub kubectl: PathBuf,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 fn script() -> PathBuf {
@@ -55,8 +60,11 @@ impl ControlPlane {
     /// Starts one with `options`. The first start on a machine builds the control plane
     /// (minutes; `scripts/test` builds it before the tests).
     pub fn start_with(options: &Options) -> ControlPlane {
-        let holder = tempfile::Builder::new().prefix("cluster-").tempdir().unwrap();
-        let dir = holder.path().join("cluster");
+        let holder = match &options.dir {
+            Some(_) => None,
+            None => Some(tempfile::Builder::new().prefix("cluster-").tempdir().unwrap()),
+        };
+        let dir = options.dir.clone().unwrap_or_else(|| holder.as_ref().unwrap().path().join("cluster"));
         let mut command = Command::new(script());
         command.args(["up", "--dir"]).arg(&dir);
         if let Some(p) = &options.hpa_sync_period {
@@ -68,12 +76,17 @@ impl ControlPlane {
         if let Some(f) = &options.feature_gates {
             command.args(["--feature-gates", f]);
         }
-        let out = command.stdin(Stdio::null()).output().expect("scripts/cluster runs");
+        command.stdin(Stdio::null());
+        let (ok, stderr) = if options.show_progress {
+            (command.status().expect("scripts/cluster runs").success(), String::new())
+        } else {
+            let out = command.output().expect("scripts/cluster runs");
+            (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
+        };
         assert!(
-            out.status.success(),
+            ok,
             "scripts/cluster up failed (a test against the real control plane needs Go 1.26 and the Go module \
-             proxy to build it once, or KUBE_BIN_DIR):\n{}",
-            String::from_utf8_lossy(&out.stderr)
+             proxy to build it once, or KUBE_BIN_DIR):\n{stderr}"
         );
         let env = std::fs::read_to_string(dir.join("env")).unwrap();
         let get = |key: &str| {

@@ -13,6 +13,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod apiserver;
+pub mod app_metrics;
 pub mod attack;
 pub mod cluster;
 pub mod control_plane;
