@@ -8,7 +8,8 @@
 //! A [`Launch`] starts Prometheus on a free loopback port with a configuration (static
 //! scrape jobs, or a whole `prometheus.yml`), rule files and optionally a prepared TSDB
 //! (one `promtool tsdb create-blocks-from` backfilled), waits until it answers
-//! `/-/ready` and kills it when the [`Prometheus`] is dropped. Its log is kept in the
+//! `/-/ready` and kills it when the [`Prometheus`] is dropped, or when the test process
+//! exits if it never is (a test that keeps it in a `static`, which Rust never drops). Its log is kept in the
 //! temporary directory and shown when it does not become ready, so that a flag or config
 //! one flavour refuses says why. [`Promtool`] runs the same flavour's promtool.
 //!
@@ -27,13 +28,13 @@ use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::simulated::workspace;
+use crate::simulated::{Killed, workspace};
 
 /// Which Prometheus a test runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,7 +295,7 @@ impl Launch {
             .stderr(log_file)
             .spawn()
             .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
-        let mut prometheus = Prometheus { flavour: self.flavour, addr, child, log, _dir: dir };
+        let mut prometheus = Prometheus { flavour: self.flavour, addr, child: Killed::new(child), log, _dir: dir };
         prometheus.wait_ready();
         prometheus
     }
@@ -305,20 +306,13 @@ impl Launch {
     }
 }
 
-/// A running Prometheus; killed when dropped.
+/// A running Prometheus; killed when dropped or at the test process' exit.
 pub struct Prometheus {
     flavour: Flavour,
     addr: SocketAddr,
-    child: Child,
+    child: Killed,
     log: PathBuf,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Prometheus {
@@ -349,7 +343,7 @@ impl Prometheus {
     fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.child.0.try_wait() {
                 panic!("{} exited at start ({status}):\n{}", self.flavour, self.log());
             }
             if request(self.addr, "GET", "/-/ready", "").is_ok_and(|(status, _)| status == 200) {
