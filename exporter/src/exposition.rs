@@ -267,6 +267,10 @@ mod tests {
     fn negotiation_prefers_openmetrics_when_listed() {
         let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
         assert_eq!(Format::negotiate(Some(prometheus)), Format::OpenMetrics);
+        // Prometheus 3 (3.16's header, as it came): UTF-8 escaping parameters and text
+        // 1.0.0 besides; our names are all legacy ones, so OpenMetrics 1.0.0 as before.
+        let prometheus_3 = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.7,application/openmetrics-text;version=0.0.1;q=0.6,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.3";
+        assert_eq!(Format::negotiate(Some(prometheus_3)), Format::OpenMetrics);
         assert_eq!(Format::negotiate(Some("text/plain")), Format::PrometheusText);
         assert_eq!(Format::negotiate(None), Format::PrometheusText);
         assert_eq!(Format::negotiate(Some("application/openmetrics-text; q=0")), Format::PrometheusText);

@@ -1,13 +1,12 @@
 //! The Grafana dashboards under `dashboards/`: well-formed, every panel on the
-//! dashboard's data-source variable, every query accepted by a real Prometheus
-//! (template variables replaced as Grafana would) and naming only metrics the exporter
-//! serves; the PromQL examples in `docs/metrics.md` are accepted too.
+//! dashboard's data-source variable, every query accepted by a real Prometheus, Debian's
+//! 2.42 and a built 3.x (template variables replaced as Grafana would), and naming only
+//! metrics the exporter serves; the PromQL examples in `docs/metrics.md` are accepted
+//! too. The Rightsizing row's answer is checked with both flavours' `promtool test rules`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::prometheus::{query_raw, start_prometheus, wait_ready};
+use test_support::prometheus::{Flavour, Launch, Promtool};
 
 fn dashboards() -> Vec<(String, serde_json::Value)> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../dashboards");
@@ -54,13 +53,21 @@ fn concrete(expr: &str) -> String {
 }
 
 #[test]
-fn every_query_is_valid_promql() {
-    let prometheus = start_prometheus(None);
-    wait_ready(&prometheus);
+fn every_query_is_valid_promql_in_prometheus_2() {
+    every_query_is_valid(Flavour::V2);
+}
+
+#[test]
+fn every_query_is_valid_promql_in_prometheus_3() {
+    every_query_is_valid(Flavour::V3);
+}
+
+fn every_query_is_valid(flavour: Flavour) {
+    let prometheus = Launch::new(flavour).start();
     for (file, dashboard) in dashboards() {
         for expr in queries(&dashboard) {
-            let (status, body) = query_raw(&prometheus, &concrete(&expr));
-            assert_eq!(status, 200, "{file}: {expr}: {body}");
+            let (status, body) = prometheus.query_raw(&concrete(&expr));
+            assert_eq!(status, 200, "{flavour}: {file}: {expr}: {body}");
         }
     }
     // The worked joins users copy from the metrics reference.
@@ -68,8 +75,8 @@ fn every_query_is_valid_promql() {
     let examples: Vec<&str> = doc.split("```promql\n").skip(1).filter_map(|rest| rest.split("```").next()).collect();
     assert!(examples.len() >= 3, "docs/metrics.md has its join examples");
     for expr in examples {
-        let (status, body) = query_raw(&prometheus, expr);
-        assert_eq!(status, 200, "docs/metrics.md: {expr}: {body}");
+        let (status, body) = prometheus.query_raw(expr);
+        assert_eq!(status, 200, "{flavour}: docs/metrics.md: {expr}: {body}");
     }
 }
 
@@ -177,11 +184,8 @@ tests:
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("rightsizing.test.yaml");
     std::fs::write(&file, &test).unwrap();
-    let out = std::process::Command::new("promtool").arg("test").arg("rules").arg(&file).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}\n{test}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for flavour in Flavour::ALL {
+        let run = Promtool::new(flavour).args(["test", "rules"]).arg(&file).run();
+        assert!(run.success, "{flavour}: {}\n{test}", run.report);
+    }
 }

@@ -1,5 +1,6 @@
 //! dcgm-exporter's users keep their dashboards and alerts: a real Prometheus (Debian's
-//! `prometheus`) scrapes the simulated node served in `--metrics.naming both`, and
+//! 2.42, and a built 3.x: `test_support::prometheus`) scrapes the simulated node served
+//! in `--metrics.naming both`, and
 //! - every variable and panel query of NVIDIA's own dashboard
 //!   (`tests/fixtures/dcgm-exporter/dcgm-exporter-dashboard.json`, see the README beside
 //!   it) returns data, with the labels its legends name;
@@ -15,8 +16,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::prometheus::{query, start_prometheus};
 use common::{Launch, wait_for, write_scenario};
+use test_support::prometheus::{self, Flavour};
 
 const SCENARIO: &str = "gpus:
   - {model: H100-SXM5-80GB, uuid: GPU-e0000000-0000-4000-8000-000000000000, values: {utilization: 91, memory_used_mib: 61440, power_watts: 640, temperature_c: 88, sm_clock_mhz: 1980, mem_clock_mhz: 2619, tensor_activity: 45, dram_activity: 30}}
@@ -60,20 +61,28 @@ fn all_variables(expr: &str) -> String {
 }
 
 #[test]
-fn nvidias_dashboard_and_typical_alerts_work_on_both_namings() {
+fn nvidias_dashboard_and_typical_alerts_work_on_both_namings_in_prometheus_2() {
+    dashboard_and_alerts(Flavour::V2);
+}
+
+#[test]
+fn nvidias_dashboard_and_typical_alerts_work_on_both_namings_in_prometheus_3() {
+    dashboard_and_alerts(Flavour::V3);
+}
+
+fn dashboard_and_alerts(flavour: Flavour) {
     let dir = tempfile::tempdir().unwrap();
     let scenario = write_scenario(dir.path(), "node.yaml", SCENARIO);
     let exporter = Launch::scenario(&scenario, Some(30.0))
         .args(&["--collect-interval", "500ms", "--nvml.call-timeout", "200ms", "--metrics.naming", "both"])
         .start();
     exporter.wait_ready();
-    let prometheus = start_prometheus(Some(&exporter.address));
+    let prometheus = prometheus::Launch::new(flavour).scrape("gpu", &[&exporter.address]).start();
     wait_for(Duration::from_secs(60), || {
-        common::try_http_get(&prometheus.address, "/-/ready", &[]).is_ok_and(|r| r.status == 200)
-            && query(&prometheus, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE").len() == 4
-            && query(&prometheus, "gpu_utilization").len() >= 2
+        prometheus.vector("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE").len() == 4
+            && prometheus.vector("gpu_utilization").len() >= 2
     })
-    .unwrap_or_else(|| panic!("prometheus never had the node's series; exporter logs:\n{}", exporter.logs()));
+    .unwrap_or_else(|| panic!("{flavour} never had the node's series; exporter logs:\n{}", exporter.logs()));
 
     let dashboard = dashboard();
     // Variables: label_values(METRIC, LABEL) is a series query on METRIC's LABEL.
@@ -82,7 +91,8 @@ fn nvidias_dashboard_and_typical_alerts_work_on_both_namings() {
     for variable in variables {
         let Some(q) = variable["query"].as_str().and_then(|q| q.strip_prefix("label_values(")) else { continue };
         let (metric, label) = q.trim_end_matches(')').split_once(',').unwrap();
-        let values: Vec<String> = query(&prometheus, metric.trim())
+        let values: Vec<String> = prometheus
+            .vector(metric.trim())
             .iter()
             .filter_map(|(labels, _)| labels[label.trim()].as_str().map(String::from))
             .collect();
@@ -95,7 +105,7 @@ fn nvidias_dashboard_and_typical_alerts_work_on_both_namings() {
     panel_queries(&dashboard["panels"], &mut queries);
     assert_eq!(queries.len(), 8, "the dashboard's panel queries: {queries:?}");
     for (title, expr, legend) in &queries {
-        let result = query(&prometheus, &all_variables(expr));
+        let result = prometheus.vector(&all_variables(expr));
         assert!(!result.is_empty(), "panel {title:?}: {expr} returned nothing");
         for label in legend_labels(legend) {
             for (labels, _) in &result {
@@ -104,13 +114,13 @@ fn nvidias_dashboard_and_typical_alerts_work_on_both_namings() {
         }
     }
     // The tensor panel shows the whole GPUs and each GPU instance.
-    let tensor = query(&prometheus, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE");
+    let tensor = prometheus.vector("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE");
     assert_eq!(tensor.iter().filter(|(l, _)| l["GPU_I_PROFILE"] == "3g.40gb").count(), 2, "{tensor:?}");
 
     // Typical alert expressions written for dcgm-exporter.
     let firing = |expr: &str| -> Vec<String> {
         let mut gpus: Vec<String> =
-            query(&prometheus, expr).iter().map(|(l, _)| l["gpu"].as_str().unwrap_or_default().to_string()).collect();
+            prometheus.vector(expr).iter().map(|(l, _)| l["gpu"].as_str().unwrap_or_default().to_string()).collect();
         gpus.sort();
         gpus
     };
@@ -133,10 +143,10 @@ fn nvidias_dashboard_and_typical_alerts_work_on_both_namings() {
     ] {
         let pick = format!("sum by (gpu) ({dcgm}{{GPU_I_PROFILE=\"\"}}) * {factor}");
         let twin = format!("sum by (gpu) ({native}{{mig_profile=\"\"}})");
-        assert!(!query(&prometheus, &pick).is_empty(), "{dcgm} has data");
-        let differ = query(&prometheus, &format!("abs({pick} - on (gpu) {twin}) > 0.001"));
+        assert!(!prometheus.vector(&pick).is_empty(), "{dcgm} has data");
+        let differ = prometheus.vector(&format!("abs({pick} - on (gpu) {twin}) > 0.001"));
         assert!(differ.is_empty(), "{dcgm} differs from {native}: {differ:?}");
-        let paired = query(&prometheus, &format!("{pick} and on (gpu) {twin}"));
-        assert_eq!(paired.len(), query(&prometheus, &pick).len(), "every {dcgm} GPU has a {native} twin");
+        let paired = prometheus.vector(&format!("{pick} and on (gpu) {twin}"));
+        assert_eq!(paired.len(), prometheus.vector(&pick).len(), "every {dcgm} GPU has a {native} twin");
     }
 }

@@ -4,7 +4,7 @@
 //! reading is exact; the few values that depend on the wall clock or on how many
 //! cycles ran (timestamps, durations, call counters) are replaced by `NaN` before the
 //! comparison. Regenerate with `UPDATE_GOLDEN=1 cargo test -p gpu-exporter --test golden`.
-//! Each raw scrape must also pass `promtool check metrics`. Every scenario runs with the
+//! Each raw scrape must also pass `promtool check metrics`, Debian's 2.42 and a built 3.x. Every scenario runs with the
 //! simulated kubelet beside it (pod-resources socket, procfs and pod log trees), so pods
 //! on the seed's mixed node show up in its golden file.
 
@@ -12,11 +12,10 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use common::{Node, shipped_scenario};
+use test_support::prometheus::{Flavour, Promtool, PromtoolRun};
 
 /// Families whose values change from run to run.
 const RUN_DEPENDENT: &[&str] = &[
@@ -82,22 +81,15 @@ fn normalize(exposition: &str) -> String {
 }
 
 fn promtool_check(exposition: &str) {
-    let (success, report) = promtool(exposition);
-    assert!(success, "promtool check metrics failed:\n{report}");
+    for flavour in Flavour::ALL {
+        let run = promtool(flavour, exposition);
+        assert!(run.success, "{flavour}: promtool check metrics failed:\n{}", run.report);
+    }
 }
 
-/// `promtool check metrics` on `exposition`: whether it passed, and what it said.
-fn promtool(exposition: &str) -> (bool, String) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool is installed (Debian package `prometheus`; .ci/run installs it)");
-    child.stdin.take().unwrap().write_all(exposition.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+/// `promtool check metrics` of `flavour` on `exposition`.
+fn promtool(flavour: Flavour, exposition: &str) -> PromtoolRun {
+    Promtool::new(flavour).args(["check", "metrics"]).stdin(exposition).run()
 }
 
 fn compare(name: &str, actual: &str) {
@@ -149,11 +141,6 @@ fn dcgm_exporter_naming_matches_its_golden_file_and_lints_only_for_its_names() {
     let raw = exporter.metrics();
     assert!(raw.contains("\nDCGM_FI_DEV_GPU_UTIL{"), "{raw}");
     compare("seed-mixed-node.dcgm-exporter.prom", &normalize(&raw));
-    let (_, report) = promtool(&raw);
-    let mut findings: Vec<&str> = report.lines().filter(|l| !l.trim().is_empty()).collect();
-    // promtool names a camelCase finding once per series; compare the distinct findings.
-    findings.sort();
-    findings.dedup();
     let mut expected: Vec<String> = [
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
@@ -174,7 +161,14 @@ fn dcgm_exporter_naming_matches_its_golden_file_and_lints_only_for_its_names() {
     }
     expected.sort();
     expected.dedup();
-    assert_eq!(findings, expected, "promtool's findings, all of them:\n{report}");
+    for flavour in Flavour::ALL {
+        let report = promtool(flavour, &raw).report;
+        let mut findings: Vec<&str> = report.lines().filter(|l| !l.trim().is_empty()).collect();
+        // promtool names a camelCase finding once per series; compare the distinct findings.
+        findings.sort();
+        findings.dedup();
+        assert_eq!(findings, expected, "{flavour}: promtool's findings, all of them:\n{report}");
+    }
 }
 
 #[test]

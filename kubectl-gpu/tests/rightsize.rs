@@ -1,7 +1,9 @@
-//! `kubectl gpu rightsize` end to end against a real Prometheus: its TSDB is backfilled
-//! (`promtool tsdb create-blocks-from openmetrics`) with seven days of synthetic
-//! per-pod history for the seed's kinds of workload, and the plugin reaches it through
-//! the in-test API server's services proxy, as the viewer (the shipped RBAC only).
+//! `kubectl gpu rightsize` end to end against a real Prometheus, Debian's 2.42 and a
+//! built 3.x (`test_support::prometheus`), each giving the same report: its TSDB is
+//! backfilled (by the same flavour's `promtool tsdb create-blocks-from openmetrics`)
+//! with seven days of synthetic per-pod history for the seed's kinds of workload, and the
+//! plugin reaches it through the in-test API server's services proxy, as the viewer (the
+//! shipped RBAC only).
 //!
 //! | workload | node, device | history | expected |
 //! |---|---|---|---|
@@ -18,19 +20,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::{Pod, PodResourceClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::Value;
 use test_support::apiserver::{self, Access, ApiServer, Backend, Grants};
 use test_support::cluster;
-use test_support::simulated::{wait_until, workspace};
+use test_support::prometheus::{Flavour, Launch, Prometheus, Promtool};
+use test_support::simulated::workspace;
 
 const GIB: f64 = 1_073_741_824.0;
 const DAY: i64 = 86_400;
@@ -231,69 +232,20 @@ fn clone_synth(s: &Synth) -> Synth {
     Synth { uuid: s.uuid.clone(), ..*s }
 }
 
-struct Prometheus {
-    addr: SocketAddr,
-    _child: ChildGuard,
-    _dir: tempfile::TempDir,
-}
-
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
-
-fn start_prometheus(end: i64) -> Prometheus {
+/// A Prometheus of `flavour` on a TSDB that the same flavour's promtool backfilled with
+/// the history ending at `end` (a TSDB written by Prometheus 3 is not for 2.42 to read).
+fn start_prometheus(flavour: Flavour, end: i64) -> (Prometheus, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("history.om");
     std::fs::write(&file, history(end)).unwrap();
     let tsdb = dir.path().join("tsdb");
-    let out = Command::new("promtool")
-        .args(["tsdb", "create-blocks-from", "openmetrics"])
-        .arg(&file)
-        .arg(&tsdb)
-        .output()
-        .expect("promtool is installed");
-    assert!(
-        out.status.success(),
-        "promtool: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(&config, "global:\n  evaluation_interval: 1m\n").unwrap();
-    let port = free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", tsdb.display()))
-        .arg(format!("--web.listen-address={addr}"))
+    Promtool::new(flavour).args(["tsdb", "create-blocks-from", "openmetrics"]).arg(&file).arg(&tsdb).check();
+    let prometheus = Launch::new(flavour)
+        .config("global:\n  evaluation_interval: 1m\n")
+        .tsdb(&tsdb)
         .arg("--storage.tsdb.retention.time=30d")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus is installed");
-    let guard = ChildGuard(child);
-    wait_until("Prometheus ready", Duration::from_secs(60), || {
-        http_get(addr, "/-/ready").is_some_and(|a| a.starts_with("HTTP/1.0 200") || a.starts_with("HTTP/1.1 200"))
-    });
-    Prometheus { addr, _child: guard, _dir: dir }
+        .start();
+    (prometheus, dir)
 }
 
 fn owned(mut pod: Pod, kind: &str, name: &str, hash: Option<&str>) -> Pod {
@@ -376,14 +328,16 @@ fn objects(api: &ApiServer) {
 struct Setup {
     kubeconfig: std::path::PathBuf,
     _prometheus: Prometheus,
-    _dir: tempfile::TempDir,
+    _dirs: [tempfile::TempDir; 2],
 }
 
-fn setup() -> &'static Setup {
-    static SETUP: OnceLock<Setup> = OnceLock::new();
-    SETUP.get_or_init(|| {
+/// The in-test API server, its services proxy in front of a Prometheus of `flavour`:
+/// made once per flavour and test binary.
+fn setup(flavour: Flavour) -> &'static Setup {
+    static SETUPS: [OnceLock<Setup>; 2] = [OnceLock::new(), OnceLock::new()];
+    SETUPS[flavour as usize].get_or_init(|| {
         let end = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
-        let prometheus = start_prometheus(end);
+        let (prometheus, history) = start_prometheus(flavour, end);
         let api = ApiServer::new();
         objects(&api);
         let rbac = std::fs::read_to_string(workspace().join("deploy/base/kubectl-gpu/rbac.yaml")).unwrap();
@@ -393,11 +347,11 @@ fn setup() -> &'static Setup {
             "alice",
             Access::Rbac(Grants::from_manifests(&docs, "alice", &["gpu-telemetry-viewers"])),
         );
-        api.service_proxy("gpu-telemetry", "prometheus", Backend::Http(prometheus.addr));
+        api.service_proxy("gpu-telemetry", "prometheus", Backend::Http(prometheus.addr()));
         let addr = api.start();
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = apiserver::kubeconfig(dir.path(), addr, &[("viewer", "viewer-token", "ai-inference")]);
-        Setup { kubeconfig, _prometheus: prometheus, _dir: dir }
+        Setup { kubeconfig, _prometheus: prometheus, _dirs: [history, dir] }
     })
 }
 
@@ -407,10 +361,11 @@ struct Run {
     code: i32,
 }
 
-fn run(args: &[&str]) -> Run {
+/// The plugin, as the viewer, in front of a Prometheus of `flavour`.
+fn run(flavour: Flavour, args: &[&str]) -> Run {
     let out = Command::new(env!("CARGO_BIN_EXE_kubectl-gpu"))
         .env_clear()
-        .env("KUBECONFIG", &setup().kubeconfig)
+        .env("KUBECONFIG", &setup(flavour).kubeconfig)
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", "/nonexistent")
         .args(args)
@@ -430,8 +385,17 @@ fn close(v: &Value, want: f64) -> bool {
 }
 
 #[test]
-fn the_window_gives_the_hand_computed_recommendations_and_savings() {
-    let out = run(&["rightsize", "-A", "--prometheus-service", SERVICE, "-o", "json"]);
+fn the_window_gives_the_hand_computed_recommendations_and_savings_from_prometheus_2() {
+    hand_computed_recommendations(Flavour::V2);
+}
+
+#[test]
+fn the_window_gives_the_hand_computed_recommendations_and_savings_from_prometheus_3() {
+    hand_computed_recommendations(Flavour::V3);
+}
+
+fn hand_computed_recommendations(flavour: Flavour) {
+    let out = run(flavour, &["rightsize", "-A", "--prometheus-service", SERVICE, "-o", "json"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let doc: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(doc["source"], "raw", "the recorded series cover two days of seven: {doc}");
@@ -505,8 +469,17 @@ fn the_window_gives_the_hand_computed_recommendations_and_savings() {
 }
 
 #[test]
-fn the_plan_frees_whole_gpus_with_valid_layouts() {
-    let out = run(&["rightsize", "-A", "--prometheus-service", SERVICE, "--plan", "-o", "json"]);
+fn the_plan_frees_whole_gpus_with_valid_layouts_from_prometheus_2() {
+    plan_frees_whole_gpus(Flavour::V2);
+}
+
+#[test]
+fn the_plan_frees_whole_gpus_with_valid_layouts_from_prometheus_3() {
+    plan_frees_whole_gpus(Flavour::V3);
+}
+
+fn plan_frees_whole_gpus(flavour: Flavour) {
+    let out = run(flavour, &["rightsize", "-A", "--prometheus-service", SERVICE, "--plan", "-o", "json"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let doc: Value = serde_json::from_str(&out.stdout).unwrap();
     let node = |name: &str| doc["plan"].as_array().unwrap().iter().find(|p| p["node"] == name).unwrap().clone();
@@ -541,10 +514,11 @@ fn the_plan_frees_whole_gpus_with_valid_layouts() {
 
 #[test]
 fn without_prometheus_it_says_so_and_shows_a_snapshot() {
-    let out = run(&["rightsize", "-A"]);
+    let out = run(Flavour::V2, &["rightsize", "-A"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stderr.contains("SNAPSHOT, NOT A RECOMMENDATION: no Prometheus was given"), "{}", out.stderr);
-    let out = run(&["rightsize", "-A", "--prometheus-service", "gpu-telemetry/nothing:9090", "-o", "json"]);
+    let out =
+        run(Flavour::V2, &["rightsize", "-A", "--prometheus-service", "gpu-telemetry/nothing:9090", "-o", "json"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let doc: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(doc["kind"], "GPURightsizeSnapshot");
@@ -553,7 +527,7 @@ fn without_prometheus_it_says_so_and_shows_a_snapshot() {
 
 #[test]
 fn the_command_line_is_checked_before_anything_is_read() {
-    let out = run(&["rightsize", "--prometheus-service", "prometheus:9090"]);
+    let out = run(Flavour::V2, &["rightsize", "--prometheus-service", "prometheus:9090"]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("expected NAMESPACE/NAME:PORT"), "{}", out.stderr);
 }
@@ -562,22 +536,28 @@ fn the_command_line_is_checked_before_anything_is_read() {
 const BEGIN: &str = "<!-- BEGIN kubectl-gpu rightsize sample: generated by kubectl-gpu/tests/rightsize.rs; UPDATE_GOLDEN=1 cargo test -p kubectl-gpu --test rightsize -->\n";
 const END: &str = "<!-- END kubectl-gpu rightsize sample -->\n";
 
-#[test]
-fn the_readme_sample_is_this_run() {
+/// The README's sample, as the plugin prints it in front of a Prometheus of `flavour`.
+fn readme_sample(flavour: Flavour) -> String {
     let mut block = String::from(BEGIN);
     block.push_str("```console\n");
     for args in [
         &["rightsize", "-A", "--prometheus-service", SERVICE][..],
         &["rightsize", "-n", "ml-training", "--prometheus-service", SERVICE, "--plan"][..],
     ] {
-        let out = run(args);
-        assert_eq!(out.code, 0, "{}", out.stderr);
+        let out = run(flavour, args);
+        assert_eq!(out.code, 0, "{flavour}: {}", out.stderr);
         writeln!(block, "$ kubectl gpu {}", args.join(" ")).unwrap();
         block.push_str(&out.stdout);
         block.push_str(&out.stderr);
     }
     block.push_str("```\n");
     block.push_str(END);
+    block
+}
+
+#[test]
+fn the_readme_sample_is_this_run() {
+    let block = readme_sample(Flavour::V2);
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
     let readme = std::fs::read_to_string(&path).unwrap();
     let start = readme.find(BEGIN).expect("README.md has the rightsize sample block");
@@ -590,4 +570,12 @@ fn the_readme_sample_is_this_run() {
         readme[start..end] == block,
         "README.md's rightsize sample is out of date; regenerate with UPDATE_GOLDEN=1 cargo test -p kubectl-gpu --test rightsize:\n{block}"
     );
+}
+
+/// Prometheus 3 (left-open ranges, its own quantile and subquery code) gives the same
+/// report, to the cent and the byte, as the sample 2.42 gives.
+#[test]
+fn prometheus_3_gives_the_same_report_as_prometheus_2() {
+    let (v2, v3) = (readme_sample(Flavour::V2), readme_sample(Flavour::V3));
+    assert!(v2 == v3, "{}:\n{v2}\n{}:\n{v3}", Flavour::V2, Flavour::V3);
 }

@@ -10,7 +10,8 @@
 //! * resident memory of the adapter process at 10,000 pods;
 //! * time to refresh 1,000 simulated exporters on loopback.
 //!
-//! Run: `cargo bench -p gpu-metrics-adapter --bench adapter` (needs /usr/bin/prometheus).
+//! Run: `cargo bench -p gpu-metrics-adapter --bench adapter` (needs Debian's Prometheus 2.42,
+//! the flavour the recorded figures were measured with: `test_support::prometheus`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/support/mod.rs"]
@@ -24,8 +25,8 @@ use exposition_parser::Limits;
 use gpu_metrics_adapter::http_client::HttpClient;
 use gpu_metrics_adapter::source::direct::discovery::{Target, Targets};
 use gpu_metrics_adapter::source::direct::{self, DirectSource};
-use support::prometheus::Prometheus;
 use support::{Pki, get, hpa_headers, tls_client, try_get};
+use test_support::prometheus::{Flavour, Launch, free_port};
 
 const PODS_PER_NODE: usize = 8;
 
@@ -155,7 +156,7 @@ async fn pods_case(pods: usize) {
     let addrs = exporters(nodes).await;
     // Prometheus starts after the direct source has been measured, so that its scrapes and
     // compactions do not share the two cores with that measurement.
-    let prom_port = Prometheus::reserve_port();
+    let prom_port = free_port();
     let prom_url = format!("http://127.0.0.1:{prom_port}");
     let fake = support::apiserver();
     fake.authentication_config_map(pki.auth_configmap());
@@ -212,8 +213,13 @@ async fn pods_case(pods: usize) {
     })
     .await;
     let rss = rss_kib(pid);
-    let prom = Prometheus::start_on(prom_port, &addrs, "15s").await;
-    prom.wait_for_series("gpu_utilization{namespace=\"bench\"}", pods).await;
+    let prom = Launch::new(Flavour::V2)
+        .port(prom_port)
+        .interval("15s")
+        .scrape_honoring_labels("app", &addrs)
+        .start_async()
+        .await;
+    prom.wait_for_series_async("gpu_utilization{namespace=\"bench\"}", pods).await;
     let prom_iters = if pods <= 1000 { 300 } else { 100 };
     // Discovery finds the rule's metric at a relist after Prometheus has the series.
     support::eventually("the Prometheus rule's metric", Duration::from_secs(60), async || {
@@ -298,7 +304,7 @@ async fn pods_case(pods: usize) {
     );
     println!("RSS of the adapter at {pods} pods ({nodes} exporters): {:.1} MiB", rss as f64 / 1024.0);
     let _ = child.kill().await;
-    prom.stop().await;
+    drop(prom);
 }
 
 /// The same question answered by the router in-process (no socket, no TLS): the adapter's

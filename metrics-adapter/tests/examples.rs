@@ -9,7 +9,8 @@
 //!   the shipped configuration, asked the way the HPA controller asks (through the
 //!   aggregator, `labelSelector` from the scale target's selector, pod labels from the API
 //!   server): `gpu_utilization` from the real gpu-exporter on the simulated seed node,
-//!   `request_latency_ms` from a real Prometheus through the rules in the shipped
+//!   `request_latency_ms` from a real Prometheus (Debian's 2.42 and a built 3.x, a test
+//!   each) through the rules in the shipped
 //!   `gpu-metrics-adapter-rules` ConfigMap. [`SERVED`] maps each metric name to how it is
 //!   served and checked; a name missing from it fails the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -26,6 +27,7 @@ use serde_json::{Value, json};
 use support::kustomize::{documents, render, try_documents, try_render_text};
 use support::node::{FROZEN_AT, NodeOptions, SimulatedNode, repo};
 use support::{Behavior, Exporter, Pki, get, hpa_headers, label, quantity, series, tls_client};
+use test_support::prometheus::{Flavour, Launch};
 
 const HPA_USER: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
 /// The ConfigMap the adapter's Prometheus rules ship in, and its key.
@@ -662,11 +664,16 @@ fn answered(list: &Value, m: &HpaMetric) -> BTreeMap<String, f64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_metric_an_example_hpa_names_is_served_as_shipped() {
-    assert!(
-        support::prometheus::binary().is_some(),
-        "this test needs Debian's prometheus package: apt-get install -y prometheus"
-    );
+async fn every_metric_an_example_hpa_names_is_served_as_shipped_from_prometheus_2() {
+    every_metric_served_as_shipped(Flavour::V2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_an_example_hpa_names_is_served_as_shipped_from_prometheus_3() {
+    every_metric_served_as_shipped(Flavour::V3).await;
+}
+
+async fn every_metric_served_as_shipped(flavour: Flavour) {
     let docs = render(&examples_dir());
     let metrics = hpa_metrics(&docs);
     assert!(!metrics.is_empty(), "no HPA in deploy/examples");
@@ -693,9 +700,9 @@ async fn every_metric_an_example_hpa_names_is_served_as_shipped() {
         checks.iter().filter(|c| c.served == Served::PrometheusRule).map(|c| c.metric.name.as_str()).collect();
     let app_values = app_series(&prometheus_metrics.iter().copied().collect::<Vec<_>>(), &pods);
     let app = Exporter::start(Behavior::Serve(exposition(&app_values))).await;
-    let prom = support::prometheus::Prometheus::start(&[app.addr], "1s").await;
+    let prom = Launch::new(flavour).scrape_honoring_labels("app", &[app.addr]).start_async().await;
     for (name, values) in &app_values {
-        prom.wait_for_series(name, values.len()).await;
+        prom.wait_for_series_async(name, values.len()).await;
     }
 
     let pki = Pki::new();
@@ -821,6 +828,5 @@ async fn every_metric_an_example_hpa_names_is_served_as_shipped() {
         }
         adapter.stop().await;
     }
-    prom.stop().await;
     drop(node);
 }

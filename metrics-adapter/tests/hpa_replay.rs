@@ -3,8 +3,8 @@
 //! X-Remote-* headers, the controller's Accept header), against the adapter wired to an
 //! in-test Kubernetes API (ConfigMap, EndpointSlices, pod labels, SubjectAccessReview),
 //! two in-test exporters serving the simulated nodes, and a real Prometheus holding
-//! `request_latency_ms`. The answers are checked against the exporter output and against
-//! Prometheus's own answer.
+//! `request_latency_ms` (Debian's 2.42 and a built 3.x: `test_support::prometheus`). The
+//! answers are checked against the exporter output and against Prometheus's own answer.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::{Behavior, Exporter, Pki, fixture, get, hpa_headers, label, quantity, series, tls_client};
+use test_support::prometheus::{Flavour, Launch};
 
 const HPA_USER: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
 
@@ -28,10 +29,16 @@ fn slice(name: &str, port: u16, node: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inference_hpa_requests_are_answered_like_the_go_adapters() {
-    if support::prometheus::binary().is_none() {
-        panic!("this test needs Debian's prometheus package: apt-get install -y prometheus");
-    }
+async fn inference_hpa_requests_are_answered_like_the_go_adapters_from_prometheus_2() {
+    inference_hpa_requests(Flavour::V2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inference_hpa_requests_are_answered_like_the_go_adapters_from_prometheus_3() {
+    inference_hpa_requests(Flavour::V3).await;
+}
+
+async fn inference_hpa_requests(flavour: Flavour) {
     let pki = Pki::new();
     let node1 = fixture("node-a100-mig-mixed.prom");
     let node2 = fixture("node-h100-timesliced.prom");
@@ -51,8 +58,8 @@ async fn inference_hpa_requests_are_answered_like_the_go_adapters() {
         "request_latency_ms{namespace=\"ai-inference\",deployment=\"llm-server\",pod=\"llm-server-7d9f8\"} 900\n",
     );
     let app = Exporter::start(Behavior::Serve(app_metrics)).await;
-    let prom = support::prometheus::Prometheus::start(&[app.addr], "1s").await;
-    prom.wait_for_series("request_latency_ms", 9).await;
+    let prom = Launch::new(flavour).scrape_honoring_labels("app", &[app.addr]).start_async().await;
+    prom.wait_for_series_async("request_latency_ms", 9).await;
 
     let fake = support::apiserver();
     fake.authentication_config_map(pki.auth_configmap());
@@ -145,8 +152,9 @@ async fn inference_hpa_requests_are_answered_like_the_go_adapters() {
     assert_eq!(a.status, 200, "{}", a.body);
     let items = a.json()["items"].as_array().unwrap().clone();
     assert_eq!(items.len(), 8, "{}", a.body);
-    let from_prom =
-        prom.query("avg by (pod) (request_latency_ms{namespace=\"ai-inference\",pod=~\"inference-pool.*\"})").await;
+    let from_prom = prom
+        .query_async("avg by (pod) (request_latency_ms{namespace=\"ai-inference\",pod=~\"inference-pool.*\"})")
+        .await;
     let prom_values: BTreeMap<String, f64> = from_prom["data"]["result"]
         .as_array()
         .unwrap()
@@ -226,5 +234,4 @@ async fn inference_hpa_requests_are_answered_like_the_go_adapters() {
     assert_eq!(a.json()["reason"], "Forbidden");
 
     adapter.stop().await;
-    prom.stop().await;
 }

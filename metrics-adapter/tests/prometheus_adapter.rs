@@ -1,5 +1,6 @@
 //! prometheus-adapter's configuration, as its documentation writes it, served against a
-//! real Prometheus on loopback that scrapes the simulated GPU node (the real gpu-exporter
+//! real Prometheus on loopback (each test twice: Debian's 2.42 and a built 3.x, see
+//! `test_support::prometheus`) that scrapes the simulated GPU node (the real gpu-exporter
 //! on fake-nvml) and a small application server (request counters per pod, cAdvisor-style
 //! container series, a per-Deployment gauge and a queue length). The answers are checked
 //! with `kubectl get --raw` and with replays of the HPA controller's requests for Pods,
@@ -22,9 +23,36 @@ use axum::Router;
 use serde_json::{Value, json};
 use support::kubectl::{json as kubectl_json, kubeconfig, kubectl};
 use support::node::{FROZEN_AT, NodeOptions, SimulatedNode, repo};
-use support::prometheus::Prometheus;
 use support::{Pki, Running, get, hpa_headers, quantity, tls_client};
 use test_support::apiserver::ApiServer;
+use test_support::prometheus::{Flavour, Launch, Prometheus, free_port};
+
+/// Each named `async fn(Flavour)` becomes a module of two tests, `prometheus_2` and
+/// `prometheus_3`: the same body against each Prometheus.
+macro_rules! on_both_prometheus {
+    ($($body:ident),* $(,)?) => {$(
+        mod $body {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn prometheus_2() {
+                super::$body(super::Flavour::V2).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn prometheus_3() {
+                super::$body(super::Flavour::V3).await;
+            }
+        }
+    )*};
+}
+
+on_both_prometheus!(
+    the_walkthrough_config_serves_requests_per_second,
+    cadvisor_rules_object_and_external_metrics,
+    bad_configs_are_refused_at_start_with_the_rule_and_the_field,
+    a_query_prometheus_rejects_later_is_a_configuration_error_not_unavailable,
+    the_binary_takes_a_prometheus_adapter_command_line,
+    the_example_queue_hpa_is_served_by_the_shipped_rules,
+    a_dcgm_exporter_rule_on_gpu_util_works_unchanged,
+);
 
 const HPA_USER: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
 const SCENARIO: &str = "fake-nvml/scenarios/seed-mixed-node.yaml";
@@ -223,8 +251,7 @@ struct Cluster {
 }
 
 impl Cluster {
-    async fn start() -> Self {
-        assert!(support::prometheus::binary().is_some(), "this test needs Debian's prometheus package");
+    async fn start(flavour: Flavour) -> Self {
         let pods = scenario_pods();
         let pool: Vec<String> = pods
             .iter()
@@ -239,23 +266,23 @@ impl Cluster {
         .unwrap();
         let extra_series = Arc::new(std::sync::Mutex::new(String::new()));
         let app = AppServer::start(pool.clone(), extra_series.clone()).await;
-        let prom = Prometheus::start(&[app.addr, node.exporter], "1s").await;
-        prom.wait_for_series("http_requests_total", 16).await;
+        let prom = Launch::new(flavour).scrape_honoring_labels("app", &[app.addr, node.exporter]).start_async().await;
+        prom.wait_for_series_async("http_requests_total", 16).await;
         // Rates are exact once the 10s window is full of samples.
         let first = format!("sum(rate(http_requests_total{{kubernetes_pod_name=\"{}\"}}[10s]))", pool[0]);
         let (g, p) = request_rates(0);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let v = prom.query(&first).await;
+            let v = prom.query_async(&first).await;
             let rate: f64 = v["data"]["result"][0]["value"][1].as_str().and_then(|r| r.parse().ok()).unwrap_or(0.0);
             if (rate - (g + p)).abs() < (g + p) * 0.01 {
                 break;
             }
-            assert!(Instant::now() < deadline, "Prometheus' rate never settled: {v}");
+            assert!(Instant::now() < deadline, "{flavour}: the rate never settled: {v}");
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         let pool_gpu = format!("max by (pod) (gpu_pod_utilization{{namespace=\"{NS}\",pod=~\"{}\"}})", pool.join("|"));
-        prom.wait_for_series(&pool_gpu, pool.len()).await;
+        prom.wait_for_series_async(&pool_gpu, pool.len()).await;
 
         let pki = Pki::new();
         let fake = support::apiserver();
@@ -325,9 +352,8 @@ fn selector_query() -> String {
     form_urlencoded::Serializer::new(String::new()).append_pair("labelSelector", "app=inference").finish()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_walkthrough_config_serves_requests_per_second() {
-    let c = Cluster::start().await;
+async fn the_walkthrough_config_serves_requests_per_second(flavour: Flavour) {
+    let c = Cluster::start(flavour).await;
     let a = c.adapter(WALKTHROUGH).await;
     // Discovery lists exactly what the rule makes of the series, in both versions.
     let d = hpa_get(&c.pki, a.addr, "/apis/custom.metrics.k8s.io/v1beta1").await;
@@ -404,12 +430,10 @@ async fn the_walkthrough_config_serves_requests_per_second() {
     .await;
     assert_eq!(r.status, 404, "{}", r.body);
     a.stop().await;
-    c.prom.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cadvisor_rules_object_and_external_metrics() {
-    let c = Cluster::start().await;
+async fn cadvisor_rules_object_and_external_metrics(flavour: Flavour) {
+    let c = Cluster::start(flavour).await;
     let a = c.adapter(CADVISOR).await;
     let d = hpa_get(&c.pki, a.addr, "/apis/custom.metrics.k8s.io/v1beta2").await.json();
     let names = listed(&d);
@@ -446,7 +470,7 @@ async fn cadvisor_rules_object_and_external_metrics() {
     let gpu = values(&hpa_get(&c.pki, a.addr, &pods_metric("prometheus_gpu_utilization")).await.json());
     let own = c
         .prom
-        .query(&format!("avg(gpu_pod_utilization{{namespace=\"{NS}\",pod=~\"{}\"}}) by (pod)", c.pool.join("|")))
+        .query_async(&format!("avg(gpu_pod_utilization{{namespace=\"{NS}\",pod=~\"{}\"}}) by (pod)", c.pool.join("|")))
         .await;
     let own: BTreeMap<String, f64> = own["data"]["result"]
         .as_array()
@@ -472,7 +496,6 @@ async fn cadvisor_rules_object_and_external_metrics() {
 
     external_metrics(&c, &a).await;
     a.stop().await;
-    c.prom.stop().await;
 }
 
 /// `external.metrics.k8s.io`: discovery, the HPA's request, kubectl, authorization.
@@ -575,9 +598,8 @@ async fn refused(c: &Cluster, config: &str) -> String {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_configs_are_refused_at_start_with_the_rule_and_the_field() {
-    let c = Cluster::start().await;
+async fn bad_configs_are_refused_at_start_with_the_rule_and_the_field(flavour: Flavour) {
+    let c = Cluster::start(flavour).await;
     let rule = |name: &str, query: &str, resources: &str| {
         format!(
             "rules:\n- seriesQuery: 'http_requests_total{{kubernetes_pod_name!=\"\"}}'\n  resources: {resources}\n  name: {name}\n  metricsQuery: '{query}'\n"
@@ -633,12 +655,10 @@ async fn bad_configs_are_refused_at_start_with_the_rule_and_the_field() {
     );
     let e = refused(&c, "rules:\n- seriesQuery: 'http_requests_total{'\n  resources: {template: \"<<.Resource>>\"}\n  metricsQuery: x\n").await;
     assert!(e.contains("rules[0] seriesQuery") && e.contains("bad_data"), "{e}");
-    c.prom.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_query_prometheus_rejects_later_is_a_configuration_error_not_unavailable() {
-    let c = Cluster::start().await;
+async fn a_query_prometheus_rejects_later_is_a_configuration_error_not_unavailable(flavour: Flavour) {
+    let c = Cluster::start(flavour).await;
     // At start no series matches, so there is nothing to probe; the series appears later.
     let config = "rules:\n- seriesQuery: 'late_gauge{namespace!=\"\",pod!=\"\"}'\n  resources: {template: \"<<.Resource>>\"}\n  metricsQuery: 'max(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>'\n";
     let a = c.adapter(config).await;
@@ -663,15 +683,13 @@ async fn a_query_prometheus_rejects_later_is_a_configuration_error_not_unavailab
         "{message}"
     );
     a.stop().await;
-    c.prom.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_binary_takes_a_prometheus_adapter_command_line() {
-    let c = Cluster::start().await;
+async fn the_binary_takes_a_prometheus_adapter_command_line(flavour: Flavour) {
+    let c = Cluster::start(flavour).await;
     let config = c.pki.write("adapter-config.yaml", WALKTHROUGH);
     let cert_dir = c.pki.dir.path().join("cert");
-    let port = Prometheus::reserve_port();
+    let port = free_port();
     // The helm chart's arguments, its leading /adapter included.
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gpu-metrics-adapter"))
         .args([
@@ -752,7 +770,6 @@ async fn the_binary_takes_a_prometheus_adapter_command_line() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("rules[0]") && stderr.contains("name.as"), "{stderr}");
-    c.prom.stop().await;
 }
 
 /// `data[key]` of the ConfigMap in a manifest file.
@@ -762,9 +779,8 @@ fn configmap_data(path: &str, key: &str) -> String {
     doc["data"][key].as_str().unwrap().to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_example_queue_hpa_is_served_by_the_shipped_rules() {
-    let c = Cluster::start().await;
+async fn the_example_queue_hpa_is_served_by_the_shipped_rules(flavour: Flavour) {
+    let c = Cluster::start(flavour).await;
     let hpa: Value = serde_yaml_ng::from_str(
         &std::fs::read_to_string(repo().join("deploy/examples/inference-queue/inference-queue-hpa.yaml")).unwrap(),
     )
@@ -780,7 +796,7 @@ async fn the_example_queue_hpa_is_served_by_the_shipped_rules() {
     *c.extra_series.lock().unwrap() = format!(
         "{metric}{{namespace=\"{ns}\",queue=\"{queue}\"}} 95\n{metric}{{namespace=\"{ns}\",queue=\"batch\"}} 400\n{metric}{{namespace=\"other-team\",queue=\"{queue}\"}} 7\n"
     );
-    c.prom.wait_for_series(metric, 3).await;
+    c.prom.wait_for_series_async(metric, 3).await;
     let config = configmap_data("deploy/components/prometheus-operator/adapter-prometheus-rules.yaml", "rules.yaml");
     let a = c.adapter(&config).await;
     let query =
@@ -802,7 +818,6 @@ async fn the_example_queue_hpa_is_served_by_the_shipped_rules() {
     assert_eq!(desired, 4.0);
     eprintln!("{metric}{{{}}} = {total}: inference-queue-hpa wants {desired} replicas", selector.join(","));
     a.stop().await;
-    c.prom.stop().await;
 }
 
 /// A prometheus-adapter rule written for dcgm-exporter, as NVIDIA's HPA guides write it
@@ -824,9 +839,7 @@ rules:
   metricsQuery: 'avg(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dcgm_exporter_rule_on_gpu_util_works_unchanged() {
-    assert!(support::prometheus::binary().is_some(), "this test needs Debian's prometheus package");
+async fn a_dcgm_exporter_rule_on_gpu_util_works_unchanged(flavour: Flavour) {
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("node.yaml");
     std::fs::write(
@@ -859,8 +872,8 @@ pods:
     })
     .await
     .unwrap();
-    let prom = Prometheus::start(&[node.exporter], "1s").await;
-    prom.wait_for_series("DCGM_FI_DEV_GPU_UTIL", 2).await;
+    let prom = Launch::new(flavour).scrape_honoring_labels("app", &[node.exporter]).start_async().await;
+    prom.wait_for_series_async("DCGM_FI_DEV_GPU_UTIL", 2).await;
 
     let pki = Pki::new();
     let fake = support::apiserver();
@@ -898,5 +911,4 @@ pods:
     .await;
     assert_eq!(got, BTreeMap::from([("trainer-0".to_string(), 64.0)]), "only the pod that holds a whole GPU");
     a.stop().await;
-    prom.stop().await;
 }

@@ -4,11 +4,13 @@
 //! in-test Kubernetes API server ([`apiserver`]: one state behind one router, for the
 //! plugin, the adapter, the exporter and the health loop alike), typed Kubernetes
 //! objects for it ([`cluster`]), simulated GPU nodes and the metrics adapter as
-//! processes behind it ([`simulated`]), and loopback connection attacks on a serving
-//! edge ([`attack`]). Against the real thing: a Kubernetes control plane built from its
-//! Go modules ([`control_plane`], `scripts/cluster`) with simulated nodes joined to it,
-//! their exporters and the adapter behind the aggregator ([`joined`]). A dev-dependency
-//! only; nothing here ships.
+//! processes behind it ([`simulated`]), a real Prometheus and promtool of either major
+//! version ([`prometheus`]), and loopback connection attacks on a serving edge
+//! ([`attack`]). Against the real thing: a Kubernetes control plane built from its Go
+//! modules ([`control_plane`], `scripts/cluster`) with simulated nodes joined to it, their
+//! exporters on addresses of their own ([`netns`]) and the adapter behind the aggregator
+//! ([`joined`]), and an application's per-pod metrics ([`app_metrics`]). A
+//! dev-dependency only; nothing here ships.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -21,5 +23,6 @@ pub mod deploy;
 pub mod joined;
 pub mod netns;
 pub mod pki;
+pub mod prometheus;
 pub mod simulated;
 pub mod tls;

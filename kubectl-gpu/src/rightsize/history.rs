@@ -525,6 +525,16 @@ mod tests {
         assert!(parse_answer(b"<html>").unwrap_err().to_string().starts_with("the answer is not a Prometheus"));
     }
 
+    /// Prometheus 3 adds `infos` (PromQL annotations such as this one, which a
+    /// `rate()` over a gauge-named series draws) beside `data`; the figures are read as
+    /// before.
+    #[test]
+    fn prometheus_3_annotations_beside_the_answer_are_ignored() {
+        let body = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"instance":"127.0.0.1:19511","job":"x"},"value":[1796509144.785,"0"]}]},"infos":["PromQL info: metric might not be a counter, name does not end in _total/_sum/_count/_bucket: \"x\" (1:6)"]}"#;
+        let s = parse_answer(body).unwrap();
+        assert_eq!((s.len(), s[0].0["job"].as_str(), s[0].1), (1, "x", 0.0));
+    }
+
     fn device(ns: &str, pod: &str, uuid: &str, mig: &str, v: f64) -> Sample {
         let labels = [("namespace", ns), ("pod", pod), ("uuid", uuid), ("node", "n1"), ("model", "NVIDIA L40S")];
         let mut m: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();

@@ -8,7 +8,6 @@
 pub mod kubectl;
 pub mod kustomize;
 pub mod node;
-pub mod prometheus;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

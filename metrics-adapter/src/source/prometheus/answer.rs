@@ -531,6 +531,17 @@ mod tests {
         assert!(empty.samples.is_empty());
     }
 
+    /// Prometheus 3 adds `infos` (PromQL annotations such as this one, which a
+    /// `rate()` over a gauge-named series draws) beside `data`: the samples are read as
+    /// before. The body is a 3.16 answer, as it came.
+    #[test]
+    fn prometheus_3_annotations_beside_the_answer_are_ignored() {
+        let body = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"instance":"127.0.0.1:19511","job":"x"},"value":[1796509144.785,"0"]}]},"infos":["PromQL info: metric might not be a counter, name does not end in _total/_sum/_count/_bucket: \"x\" (1:6)"]}"#;
+        let a = query(200, body).unwrap();
+        assert_eq!(a.samples.len(), 1);
+        assert_eq!((a.samples[0].label("job"), a.samples[0].value), (Some("x"), 0.0));
+    }
+
     #[test]
     fn scalars_are_one_sample_without_labels() {
         let a =
