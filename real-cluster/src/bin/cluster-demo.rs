@@ -128,7 +128,7 @@ fn run(stop: &AtomicBool, seed_windows: bool) {
     cp.apply(&serde_json::to_string(&hpa).unwrap_or_default());
 
     println!(
-        "\n  KUBECONFIG={}\n  Try: kubectl get hpa,pods -n ai-inference -o wide\n       {} gpu nodes\n       \
+        "\n  KUBECONFIG={}\n  Try: kubectl get hpa,pods -n ai-inference -o wide\n       {} nodes\n       \
          kubectl get --raw '/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-inference/pods/*/gpu_utilization'\n  \
          The HPA syncs every 15 s; behaviour windows {}.\n",
         cp.kubeconfig.display(),
