@@ -27,11 +27,12 @@ const EIGHT_H100: &str = "gpus:\n  - {model: H100-SXM5-80GB}\n  - {model: H100-S
                           {model: H100-SXM5-80GB}\n  - {model: H100-SXM5-80GB}\n";
 
 /// One step of the load: a demand (percent of one GPU, over all Ready replicas) held
-/// until the Deployment reaches `until` replicas (if any), then for `hold`.
+/// until the Deployment settles at one of `settles` (the counts the HPA's formula keeps
+/// for that demand), then for `hold`.
 struct Phase {
     what: &'static str,
     demand: f64,
-    until: Option<u32>,
+    settles: &'static [u32],
     hold: Duration,
 }
 
@@ -138,21 +139,22 @@ fn run(stop: &AtomicBool, seed_windows: bool) {
 
     let phases = [
         Phase {
-            what: "steady: 8 replicas at 70 % (demand 560)",
+            what: "steady: 8 replicas at 70 % (a demand of 560; 560 / n is within 10 % of 70 only for n = 8)",
             demand: 560.0,
-            until: Some(8),
+            settles: &[8],
             hold: Duration::from_secs(40),
         },
         Phase {
-            what: "load rises to 91 % per replica (demand 728): expect ceil(8 x 91 / 70) = 11",
+            what: "load rises to 91 % per replica (demand 728): ceil(8 x 91 / 70) = 11; 728 / n is within 10 % of \
+                   70 for n = 10 and 11",
             demand: 728.0,
-            until: Some(11),
+            settles: &[10, 11],
             hold: Duration::from_secs(40),
         },
         Phase {
-            what: "load falls (demand 150): expect ceil(150 / 70) = 3",
+            what: "load falls (demand 150): ceil(150 / 70) = 3 from any count",
             demand: 150.0,
-            until: Some(3),
+            settles: &[3],
             hold: Duration::from_secs(40),
         },
     ];
@@ -164,7 +166,7 @@ fn run(stop: &AtomicBool, seed_windows: bool) {
             loop {
                 show(&cp, &bin);
                 let now = replicas(&cp);
-                if reached.is_none() && phase.until.is_none_or(|n| now == Some(n)) {
+                if reached.is_none() && now.is_some_and(|n| phase.settles.contains(&n)) {
                     reached = Some(Instant::now());
                 }
                 if reached.is_some_and(|t| t.elapsed() >= phase.hold) {
