@@ -145,7 +145,8 @@ impl JoinedFleet {
     /// IP and port 9400 (a [`HostAddress`] at that IP), with `deploy/`'s identity (a
     /// token of the `gpu-exporter` ServiceAccount bound to that pod); waits until each
     /// has collected with the kubelet's pods and the endpoint slice controller lists it
-    /// in the `gpu-exporter` Service. `args` are added to each.
+    /// in the `gpu-exporter` Service. `args` are added to each (`--collect-interval`
+    /// among them replaces the tests' 1s).
     pub fn start_exporters(&mut self, cp: &ControlPlane, args: &[&str]) {
         let bin = binaries();
         for node in self.nodes.clone() {
@@ -164,7 +165,13 @@ impl JoinedFleet {
                 .arg(bin.join("libfake_nvml.so"))
                 .args(["--web.listen-address", &format!("{}:9400", address.host)])
                 .args(["--log.format", "json", "--node-name", &node])
-                .args(["--collect-interval", "1s", "--nvml.call-timeout", "500ms"])
+                .args(["--nvml.call-timeout", "500ms"])
+                .args(
+                    (!args.contains(&"--collect-interval"))
+                        .then_some(["--collect-interval", "1s"])
+                        .into_iter()
+                        .flatten(),
+                )
                 .args(["--health.dry-run=true", "--health.namespace", NAMESPACE])
                 .arg("--kubelet.pod-resources-socket")
                 .arg(dir.join("kubelet.sock"))
