@@ -10,7 +10,7 @@
 //! steps both from 60 % to 95 % per replica at once, and the time to each HPA's
 //! `desiredReplicas` rising is printed. The HPA controller syncs every 15 s (its
 //! default). Run: `cargo bench -p real-cluster --bench hpa_reaction` (as root; about 5
-//! minutes; `BENCH_TRIALS=N`, default 3).
+//! minutes; `BENCH_TRIALS=N`, default 5).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -37,7 +37,8 @@ const RULES: &str = r#"rules:
 "#;
 const SOURCES: [(&str, &str); 2] = [("direct", "gpu_utilization"), ("prometheus", "gpu_utilization_prom")];
 
-fn workload(app: &str, metric: &str) -> String {
+/// The Deployment `app`: 4 replicas of one time-sliced GPU each.
+fn deployment(app: &str) -> String {
     format!(
         r#"apiVersion: apps/v1
 kind: Deployment
@@ -49,8 +50,14 @@ spec:
     metadata: {{labels: {{app: {app}}}}}
     spec:
       containers: [{{name: inference, image: vllm/vllm-openai:latest, resources: {{limits: {{nvidia.com/gpu: 1}}}}}}]
----
-apiVersion: autoscaling/v2
+"#
+    )
+}
+
+/// The HPA of `app` on `metric`: 4 to 8 replicas, 70 % on average.
+fn hpa(app: &str, metric: &str) -> String {
+    format!(
+        r#"apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
 metadata: {{name: {app}, namespace: bench}}
 spec:
@@ -64,9 +71,9 @@ spec:
     )
 }
 
-fn load(per_pod: f64) -> String {
+fn load(names: &[(String, &str)], per_pod: f64) -> String {
     let demand = 4.0 * per_pod;
-    let lines: Vec<String> = SOURCES
+    let lines: Vec<String> = names
         .iter()
         .map(|(app, _)| format!("  - {{namespace: bench, selector: {{app: {app}}}, demand: {demand}}}"))
         .collect();
@@ -83,7 +90,7 @@ fn desired(cp: &ControlPlane, app: &str) -> Option<u64> {
 }
 
 fn main() {
-    let trials: usize = std::env::var("BENCH_TRIALS").ok().and_then(|t| t.parse().ok()).unwrap_or(3);
+    let trials: usize = std::env::var("BENCH_TRIALS").ok().and_then(|t| t.parse().ok()).unwrap_or(5);
     let cp = ControlPlane::start();
     cp.apply(&base());
     let mut fleet = JoinedFleet::join(&cp, &[NodeSpec { name: NODE.into(), scenario: EIGHT_H100.into(), replicas: 4 }]);
@@ -99,14 +106,23 @@ fn main() {
     cp.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: bench}\n");
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); SOURCES.len()];
     for trial in 0..trials {
-        fleet.set_load(&load(60.0));
-        for (app, metric) in SOURCES {
-            let _ = cp.kubectl().args(["delete", "hpa", app, "-n", "bench", "--ignore-not-found"]).output();
-            cp.apply(&workload(app, metric));
-            cp.run(&["scale", "deployment", app, "-n", "bench", "--replicas=4"]);
+        // Fresh Deployments and HPAs each trial (the last trial's are deleted first):
+        // no scale-down window of the last trial's HPA stands in the way.
+        let names: Vec<(String, &str)> =
+            SOURCES.iter().map(|(app, metric)| (format!("{app}-{trial}"), *metric)).collect();
+        if trial > 0 {
+            for (app, _) in SOURCES {
+                let old = format!("{app}-{}", trial - 1);
+                cp.run(&["delete", "hpa,deployment", &old, "-n", "bench", "--wait"]);
+            }
+        }
+        fleet.set_load(&load(&names, 60.0));
+        for (app, metric) in &names {
+            cp.apply(&deployment(app));
+            cp.apply(&hpa(app, metric));
         }
         // Both HPAs read their metric and keep 4 (60 % is under 70).
-        for (app, metric) in SOURCES {
+        for (app, metric) in &names {
             wait_until_ok(&format!("{app}: the HPA reads {metric}"), Duration::from_secs(180), || {
                 let out = cp.run(&[
                     "get",
@@ -120,14 +136,18 @@ fn main() {
                 if out.trim() == "60" { Ok(()) } else { Err(out) }
             });
         }
-        std::thread::sleep(Duration::from_secs(5));
-        fleet.set_load(&load(95.0));
+        // The step lands anywhere in the HPA's 15 s sync cycle (the wait above ends at a
+        // sync): without this every trial would measure the same phase.
+        // The clock's milliseconds, times 15: 0 to 15 s.
+        let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_millis();
+        std::thread::sleep(Duration::from_millis(u64::from(millis) * 15));
+        fleet.set_load(&load(&names, 95.0));
         let step = Instant::now();
         let mut left: Vec<usize> = (0..SOURCES.len()).collect();
         while !left.is_empty() {
             assert!(step.elapsed() < Duration::from_secs(180), "no scale-up within 3 minutes");
             left.retain(|&i| {
-                let acted = desired(&cp, SOURCES[i].0).is_some_and(|d| d > 4);
+                let acted = desired(&cp, &names[i].0).is_some_and(|d| d > 4);
                 if acted {
                     times[i].push(step.elapsed().as_secs_f64());
                 }

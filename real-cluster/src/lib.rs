@@ -7,6 +7,7 @@
 //! - `hpa.rs`: the seed's `inference-hpa` scaling `inference-pool` up and down;
 //! - `deploy_apply.rs`: `deploy/` applied server-side, admission policies type-checked.
 //!
-//! The binary `cluster-demo` (`src/bin/`) is `scripts/demo`: the same stack, with the
-//! seed's HPA scaling as the simulated load rises and falls.
+//! `benches/hpa_reaction.rs` times the HPA's reaction to a load step through both of the
+//! adapter's sources. The same stack runs in `scripts/demo` (test-support's
+//! `cluster-demo`).
 #![forbid(unsafe_code)]
