@@ -1046,7 +1046,7 @@ fn every_image_is_a_containerfile_target_at_the_workspace_version() {
 }
 
 #[test]
-fn image_names_and_tags_live_only_in_the_base_kustomization() {
+fn image_names_and_tags_live_only_in_the_base_kustomization_and_the_chart_values() {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
@@ -1061,10 +1061,14 @@ fn image_names_and_tags_live_only_in_the_base_kustomization() {
     let mut files = Vec::new();
     walk(&deploy, &mut files);
     let image_line = regex::Regex::new(r"(?m)^\s*(?:-\s*)?image:\s*(\S+)").unwrap();
-    for file in files.iter().filter(|f| !f.starts_with(deploy.join("examples"))) {
+    // The examples run other projects' images; the chart's files/ holds a copy of them.
+    let examples = [deploy.join("examples"), deploy.join("helm/gpu-telemetry/files")];
+    for file in files.iter().filter(|f| !examples.iter().any(|e| f.starts_with(e))) {
         let text = std::fs::read_to_string(file).unwrap();
         let rel = file.strip_prefix(repo()).unwrap().display().to_string();
-        if rel == "deploy/base/kustomization.yaml" {
+        // The Helm chart's values name the repositories and leave the tag to appVersion,
+        // which deploy-checks/tests/helm_chart.rs holds to the workspace version.
+        if rel == "deploy/base/kustomization.yaml" || rel == "deploy/helm/gpu-telemetry/values.yaml" {
             continue;
         }
         assert!(
@@ -1090,6 +1094,12 @@ fn image_names_and_tags_live_only_in_the_base_kustomization() {
         images,
         vec![("gpu-exporter", env!("CARGO_PKG_VERSION")), ("gpu-metrics-adapter", env!("CARGO_PKG_VERSION"))]
     );
+    let values = yaml_file(&deploy.join("helm/gpu-telemetry/values.yaml"));
+    for (part, target) in [("exporter", "gpu-exporter"), ("adapter", "gpu-metrics-adapter")] {
+        let image = &values[part]["image"];
+        assert_eq!(image["repository"], format!("ghcr.io/gpu-telemetry/{target}"), "chart values {part}.image");
+        assert_eq!(image["tag"], "", "chart values {part}.image.tag: the tag is the chart's appVersion");
+    }
 }
 
 // ---- the exporter's configuration in every overlay ----------------------------------

@@ -109,7 +109,7 @@ async fn kube_clients(args: &Args) -> Result<(kube::Client, kube::Client)> {
     Ok((client, discovery))
 }
 
-async fn kube_config(args: &Args) -> Result<kube::Config> {
+pub(crate) async fn kube_config(args: &Args) -> Result<kube::Config> {
     let config = match args.effective_kubeconfig() {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?;

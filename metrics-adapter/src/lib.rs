@@ -26,6 +26,7 @@ pub mod app;
 pub mod auth;
 pub mod catalog;
 pub mod certs;
+pub mod check;
 pub mod config;
 pub mod http_client;
 pub mod labels;

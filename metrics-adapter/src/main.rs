@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use gpu_metrics_adapter::app::{self, App};
-use gpu_metrics_adapter::certs;
 use gpu_metrics_adapter::config::{Cli, Command, LogFormat};
+use gpu_metrics_adapter::{certs, check};
 
 fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
     let filter = logging::parse_log_filter(level).map_err(|e| anyhow::anyhow!("--log.level {level:?}: {e}"))?;
@@ -54,6 +54,18 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Some(Command::CheckApi(a)) = &cli.command {
+        return match runtime.block_on(check::run(&cli.args, a)) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("gpu-metrics-adapter check-api: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     runtime.block_on(async {
         let app = match App::build(&cli.args).await {
             Ok(a) => a,

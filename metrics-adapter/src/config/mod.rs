@@ -73,6 +73,28 @@ impl Cli {
 pub enum Command {
     /// Write a CA, a serving pair, a system:masters client pair and a kubeconfig for local use.
     DevCerts(DevCertsArgs),
+    /// Ask custom.metrics.k8s.io through the Kubernetes API server, as the HPA does, and
+    /// exit 0 only if it answers (the Helm chart's `helm test` runs this).
+    CheckApi(CheckApiArgs),
+}
+
+/// `check-api` options. The API server is reached as the server reaches it (in-cluster,
+/// or `--kubeconfig` / `$KUBECONFIG`).
+#[derive(Debug, Clone, ClapArgs)]
+pub struct CheckApiArgs {
+    /// Namespace whose pods' metric is asked for.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_CHECK_NAMESPACE")]
+    pub namespace: String,
+    /// The per-pod metric asked for.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_CHECK_METRIC", default_value = "gpu_utilization")]
+    pub metric: String,
+    /// The API version asked: v1beta1 or v1beta2.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_CHECK_API_VERSION", default_value = "v1beta2",
+          value_parser = ["v1beta1", "v1beta2"])]
+    pub api_version: String,
+    /// How long to wait for each answer, 1s to 5m.
+    #[arg(long, env = "GPU_METRICS_ADAPTER_CHECK_TIMEOUT", value_parser = Bounded::duration(parse_duration, secs(1), secs(300)), default_value = "30s")]
+    pub timeout: Duration,
 }
 
 /// `dev-certs` options.
