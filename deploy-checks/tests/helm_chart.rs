@@ -392,11 +392,13 @@ fn the_values_matrix_renders_valid_objects_where_the_values_say() {
         let found = docs.iter().find(|d| key(d) == key(e)).unwrap_or_else(|| panic!("examples: {} missing", key(e)));
         assert_eq!(found, e, "examples.enabled renders deploy/examples as kustomize does");
     }
-    let policy = get(&docs, "ValidatingAdmissionPolicy", "gpu-exporter-health.gpu-telemetry.io");
-    assert_eq!(
-        policy["spec"]["matchConditions"][0]["expression"],
-        "request.userInfo.username == 'system:serviceaccount:observability:gpu-exporter'"
-    );
+    for kind in ["nodes", "events", "breaker", "device-taints"] {
+        let policy = get(&docs, "ValidatingAdmissionPolicy", &format!("gpu-exporter-health-{kind}.gpu-telemetry.io"));
+        assert_eq!(
+            policy["spec"]["matchConditions"][0]["expression"],
+            "request.userInfo.username == 'system:serviceaccount:observability:gpu-exporter'"
+        );
+    }
 }
 
 #[test]
