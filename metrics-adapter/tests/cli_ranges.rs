@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use clap::CommandFactory as _;
+use clap::{CommandFactory as _, Parser as _};
 use flag_ranges::table::{self, Row, row, run_to_exit};
 use gpu_metrics_adapter::config::{Args, Cli};
 
@@ -144,15 +144,24 @@ const ROWS: &[Row] = &[
     row("shutdown-drain", "GPU_METRICS_ADAPTER_SHUTDOWN_DRAIN", "0s to 5m", ["0s", "5m"], ["-1s", "5m1ms"]),
 ];
 
+/// The flags of the `check-api` subcommand (`helm test`'s hook).
+const CHECK_API_ROWS: &[Row] =
+    &[row("timeout", "GPU_METRICS_ADAPTER_CHECK_TIMEOUT", "1s to 5m", ["1s", "5m"], ["999ms", "5m1ms"])];
+
 fn parse(flag: &str, value: &str) -> Result<Args, clap::Error> {
     Args::parse_from_args(["gpu-metrics-adapter".to_owned(), format!("--{flag}={value}")])
 }
 
+fn parse_check_api(flag: &str, value: &str) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(["gpu-metrics-adapter", "check-api", "--namespace=default", &format!("--{flag}={value}")])
+}
+
 #[test]
 fn every_duration_and_number_flag_has_a_row_and_every_row_a_flag() {
-    table::check_rows_cover(&Cli::command(), ROWS);
+    let all: Vec<Row> = ROWS.iter().chain(CHECK_API_ROWS).cloned().collect();
+    table::check_rows_cover(&Cli::command(), &all);
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    for row in ROWS {
+    for row in &all {
         let table_row = format!("| `--{}` | `{}` | {} |", row.flag, row.env, row.range);
         assert!(readme.contains(&table_row), "metrics-adapter/README.md lacks the row {table_row}");
     }
@@ -162,6 +171,7 @@ fn every_duration_and_number_flag_has_a_row_and_every_row_a_flag() {
 #[test]
 fn each_bound_is_accepted_and_just_outside_is_refused_naming_flag_variable_and_range() {
     table::check_bounds(ROWS, parse);
+    table::check_bounds(CHECK_API_ROWS, parse_check_api);
 }
 
 #[test]

@@ -20,7 +20,7 @@ use gpu_metrics_adapter::certs::Ca;
 use gpu_metrics_adapter::http_client::HttpClient;
 use gpu_metrics_adapter::labels::LabelStore;
 use gpu_metrics_adapter::source::Sources;
-use gpu_metrics_adapter::source::direct::discovery::Targets;
+use gpu_metrics_adapter::source::direct::discovery::{Target, Targets};
 use gpu_metrics_adapter::source::direct::model::{FAMILIES, Report};
 use gpu_metrics_adapter::source::direct::{self, DirectSource};
 use http_body_util::BodyExt;
@@ -45,6 +45,10 @@ fn report(name: &str) -> Report {
 }
 
 fn world(with_labels: bool, ingest: bool) -> World {
+    world_over(Targets::Static(vec![]), with_labels, ingest)
+}
+
+fn world_over(targets: Targets, with_labels: bool, ingest: bool) -> World {
     let ca = Ca::new("kubernetes").unwrap();
     let admin = ca.client("admin", &["system:masters"]).unwrap();
     let cfg = direct::Config {
@@ -55,7 +59,7 @@ fn world(with_labels: bool, ingest: bool) -> World {
         concurrency: 4,
         bearer_token: None,
     };
-    let direct = Arc::new(DirectSource::new(cfg, HttpClient::new(None, 1).unwrap(), Targets::Static(vec![])));
+    let direct = Arc::new(DirectSource::new(cfg, HttpClient::new(None, 1).unwrap(), targets));
     if ingest {
         direct.ingest([
             ("node-1".to_owned(), report("node-a100-mig-mixed.prom")),
@@ -233,6 +237,37 @@ async fn errors_are_statuses_with_the_right_code() {
     let req = http::Request::post("/apis").body(Body::empty()).unwrap();
     let resp = api::router(w.state.clone()).oneshot(req).await.unwrap();
     assert_eq!(resp.status(), 405);
+}
+
+#[tokio::test]
+async fn with_no_exporter_answering_a_read_says_why_instead_of_an_empty_list() {
+    let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-inference/pods/*/gpu_utilization";
+    // No exporter listed at all.
+    let w = world_over(Targets::Static(vec![]), false, false);
+    w.direct.refresh().await;
+    let (status, body, _) = call(&w, path, true).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["message"], "no GPU exporter to read: --exporter-url name none");
+    // One listed, none answering: the scrape's error is in the message.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let url = format!("http://{closed}/metrics");
+    let w = world_over(Targets::Static(vec![Target { url: url.clone(), node: None }]), false, false);
+    w.direct.refresh().await;
+    let (status, body, _) = call(&w, path, true).await;
+    assert_eq!(status, 503, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "none of the 1 GPU exporters (--exporter-url) has answered within --max-age 60s; last error: "
+        ),
+        "{message}"
+    );
+    assert!(message.contains(&url), "{message}");
+    // Exporters answering but no value for these pods: an empty list, as before.
+    let w = world(false, true);
+    let (status, body, _) =
+        call(&w, "/apis/custom.metrics.k8s.io/v1beta2/namespaces/no-gpu-here/pods/*/gpu_utilization", true).await;
+    assert_eq!((status, body["items"].as_array().map(Vec::len)), (200, Some(0)), "{body}");
 }
 
 #[tokio::test]

@@ -256,7 +256,9 @@ fn the_seeds_hpa_scales_inference_pool_up_and_down_on_gpu_utilization() {
         if c["status"] == "False" { Ok(c) } else { Err(c.to_string()) }
     });
     let message = condition["message"].as_str().unwrap();
-    assert!(message.contains("gpu_utilization") || message.contains("request_latency_ms"), "{condition}");
+    // The adapter's own words, through the aggregator and the HPA: why there is no value.
+    assert!(message.contains("unable to get metric gpu_utilization"), "{condition}");
+    assert!(message.contains("GPU exporters") && message.contains("has answered within --max-age"), "{condition}");
     assert_eq!(condition["reason"], "FailedGetPodsMetric", "{condition}");
     stays_at(&cp, down, Duration::from_secs(6));
     eprintln!("ScalingActive=False: {message}");

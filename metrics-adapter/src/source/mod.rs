@@ -163,7 +163,7 @@ impl Sources {
     pub async fn query(&self, which: Which, req: &Request<'_>) -> Result<(Vec<Point>, Option<std::time::Duration>)> {
         match which {
             Which::Direct => match &self.direct {
-                Some(d) => Ok((d.query(req), None)),
+                Some(d) => d.query(req).map(|points| (points, None)),
                 None => Ok((Vec::new(), None)),
             },
             Which::Prometheus => match &self.prometheus {

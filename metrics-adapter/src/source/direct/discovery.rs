@@ -59,6 +59,17 @@ impl std::fmt::Debug for Targets {
 }
 
 impl Targets {
+    /// Where the exporters come from, for messages: the Service's EndpointSlices, or
+    /// `--exporter-url`.
+    pub fn describe(&self) -> String {
+        match self {
+            Targets::Static(_) => "--exporter-url".to_owned(),
+            Targets::EndpointSlices { namespace, service, .. } => {
+                format!("the ready endpoints of Service {namespace}/{service}")
+            }
+        }
+    }
+
     /// The exporters to scrape now.
     pub async fn resolve(&self) -> Result<Vec<Target>, Error> {
         match self {

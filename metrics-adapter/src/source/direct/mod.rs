@@ -5,7 +5,11 @@
 //!
 //! A failed scrape keeps nothing new: the exporter's previous values stay until they pass
 //! `max_age`, then its pods' metrics disappear. Missing, never zero: a zero would tell the
-//! HPA the pods are idle and make it scale down on a fault.
+//! HPA the pods are idle and make it scale down on a fault. When nothing at all is fresh
+//! (no exporter listed, or none answered within `max_age`), a read that finds no value
+//! is an error saying why (503), not an empty list: the HPA shows that message in its
+//! `ScalingActive=False` condition, where an empty list would only say that no metrics
+//! came back.
 
 pub mod discovery;
 pub mod model;
@@ -98,6 +102,17 @@ struct Kept {
     fetched_at_ms: i64,
 }
 
+/// What the last cycle saw of the exporters, to say why a read finds nothing.
+#[derive(Debug, Default)]
+struct Reach {
+    /// Exporters listed.
+    targets: usize,
+    /// Exporters whose last report is within `max_age`.
+    fresh: usize,
+    /// The newest scrape or discovery error, if any.
+    last_error: Option<String>,
+}
+
 /// The direct source.
 pub struct DirectSource {
     cfg: Config,
@@ -106,6 +121,7 @@ pub struct DirectSource {
     kept: Mutex<HashMap<String, Kept>>,
     last_targets: Mutex<Vec<Target>>,
     snapshot: ArcSwap<Snapshot>,
+    reach: ArcSwap<Reach>,
     ready: AtomicBool,
 }
 
@@ -148,6 +164,7 @@ impl DirectSource {
             kept: Mutex::default(),
             last_targets: Mutex::default(),
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
+            reach: ArcSwap::from_pointee(Reach::default()),
             ready: AtomicBool::new(false),
         }
     }
@@ -187,8 +204,31 @@ impl DirectSource {
             .collect()
     }
 
-    /// Answers a read from the current snapshot.
-    pub fn query(&self, req: &Request<'_>) -> Vec<Point> {
+    /// Answers a read from the current snapshot: the points found, or, when none is found
+    /// because no exporter is listed or fresh, why.
+    pub fn query(&self, req: &Request<'_>) -> Result<Vec<Point>, super::Error> {
+        let points = self.points(req);
+        if !points.is_empty() || !self.is_ready() {
+            return Ok(points);
+        }
+        let reach = self.reach.load();
+        if reach.fresh > 0 {
+            return Ok(points);
+        }
+        let why = reach.last_error.as_deref().map(|e| format!("; last error: {e}")).unwrap_or_default();
+        Err(super::Error::Unavailable(if reach.targets == 0 {
+            format!("no GPU exporter to read: {} name none{why}", self.targets.describe())
+        } else {
+            format!(
+                "none of the {} GPU exporters ({}) has answered within --max-age {}s{why}",
+                reach.targets,
+                self.targets.describe(),
+                self.cfg.max_age.as_secs()
+            )
+        }))
+    }
+
+    fn points(&self, req: &Request<'_>) -> Vec<Point> {
         let (Some(kind), Some(metric)) = (kind_of(req.resource), GpuMetric::from_name(req.metric)) else {
             return Vec::new();
         };
@@ -263,12 +303,14 @@ impl DirectSource {
             kept.insert(url, Kept { report: Arc::new(report), fetched_at_ms: now_ms() });
         }
         self.snapshot.store(Arc::new(Snapshot::build(kept.values().map(|k| &*k.report))));
+        self.reach.store(Arc::new(Reach { targets: kept.len(), fresh: kept.len(), last_error: None }));
         self.ready.store(true, Ordering::Release);
     }
 
     /// One cycle: resolve targets, scrape them all, rebuild the snapshot.
     pub async fn refresh(&self) -> CycleStats {
         let started = Instant::now();
+        let mut last_error: Option<String> = None;
         let targets = match self.targets.resolve().await {
             Ok(t) => {
                 *self.last_targets.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = t.clone();
@@ -276,6 +318,7 @@ impl DirectSource {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "exporter discovery failed; scraping the previous list");
+                last_error = Some(e.to_string());
                 self.last_targets.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
             }
         };
@@ -301,11 +344,13 @@ impl DirectSource {
                     Err(e) => {
                         failures += 1;
                         tracing::warn!(error = %e, "exporter scrape failed; its values expire after max age");
+                        last_error = Some(e.to_string());
                     }
                 }
             }
             let live: HashSet<&str> = targets.iter().map(|t| t.url.as_str()).collect();
             kept.retain(|url, k| live.contains(url.as_str()) && now - k.fetched_at_ms <= max_age_ms);
+            self.reach.store(Arc::new(Reach { targets: targets.len(), fresh: kept.len(), last_error }));
             Snapshot::build(kept.values().map(|k| &*k.report))
         };
         let pods = snapshot.pod_count();
