@@ -11,19 +11,21 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::actions::{self, ActionError, NodeApi};
-use crate::breaker::{self, Breaker, BreakerError};
+use crate::actions::ActionError;
+use crate::breaker::BreakerError;
 use crate::config::HealthSettings;
-use crate::device_rules::DeviceRules;
 use crate::error::{Cause, HealthError, Result};
-use crate::retry::{self, Backoff};
+use crate::gpus::GpuSteps;
+use crate::parts::{Attempt, Context, Judge, Kube, connect, mode_of};
+use crate::retry::Backoff;
 use gpu_health::device_rules::RuleView;
 use gpu_health::node_state::NodeView;
 use gpu_health::observation::Observation;
 use gpu_health::plan::{Devices, Mode, Permit, Plan, plan_with};
-use gpu_health::policy::{CheckKind, Health, PolicyState, Verdict};
+use gpu_health::policy::CheckKind;
 use gpu_health::signals::{self, Assessment};
-use gpu_health::view::{BreakerView, GpuHealth, HealthMetrics};
+use gpu_health::verdict::{Health, Verdict};
+use gpu_health::view::{GpuHealth, HealthMetrics};
 use gpu_health::{time, xid};
 
 /// What the loop watches: anything that yields an observation (the exporter's
@@ -45,21 +47,6 @@ impl HealthHandle {
     pub fn stop(self) {
         self.task.abort();
     }
-}
-
-/// Whether a reconcile attempt finished or must read and plan again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Attempt {
-    Done,
-    Again,
-}
-
-/// The API handles, when an API server is configured.
-#[derive(Debug, Clone)]
-pub(crate) struct Kube {
-    node: NodeApi,
-    pub(crate) breaker: Breaker,
-    pub(crate) rules: DeviceRules,
 }
 
 /// Starts the loop in report-only mode for `--kubernetes.api=off`: it never contacts
@@ -115,99 +102,46 @@ fn launch_with<S: Source>(
     HealthHandle { metrics, task }
 }
 
-fn mode_of(settings: &HealthSettings) -> Mode {
-    if settings.dry_run {
-        Mode::DryRun
-    } else if settings.auto_cordon {
-        Mode::Enforce
-    } else {
-        Mode::ConditionOnly
-    }
-}
-
-fn connect(
-    mut config: kube::Config,
-    settings: &HealthSettings,
-    node: &str,
-    metrics: Arc<HealthMetrics>,
-) -> Option<Kube> {
-    // The loop retries itself, with jitter and with its own counts.
-    config.default_retry = false;
-    config.connect_timeout = Some(settings.api_timeout);
-    config.read_timeout = Some(settings.api_timeout);
-    config.write_timeout = Some(settings.api_timeout);
-    let namespace = settings.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
-    let cluster = config.cluster_url.to_string();
-    let client = match kube::Client::try_from(config) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(node, error = %e, "cannot build a Kubernetes client: the health loop runs in report-only mode");
-            return None;
-        }
-    };
-    tracing::info!(node, api = %cluster, breaker_namespace = %namespace, "health loop talks to the Kubernetes API");
-    let backoff = Backoff { attempts: settings.api_attempts, ..Backoff::default() };
-    let counting = metrics.clone();
-    let on_retry: actions::OnRetry = Arc::new(move |op, e| {
-        let label = retry::error_label(e);
-        counting.update(|v| *v.api_errors.entry((op, label)).or_default() += 1);
-    });
-    let node_api = NodeApi::new(
-        client.clone(),
-        node,
-        &settings.event_namespace,
-        &settings.names.field_manager,
-        backoff,
-        on_retry.clone(),
-    );
-    let rules = DeviceRules::new(
-        client.clone(),
-        settings.names.clone(),
-        node,
-        &settings.names.field_manager,
-        backoff,
-        on_retry.clone(),
-    );
-    let breaker = Breaker::new(
-        client,
-        &namespace,
-        settings.breaker.clone(),
-        settings.names.clone(),
-        node,
-        backoff,
-        on_retry,
-        settings.check_interval.saturating_mul(breaker::FLEET_TTL_CHECKS),
-    );
-    Some(Kube { node: node_api, breaker, rules })
-}
-
-/// The loop's state between checks.
-pub(crate) struct HealthLoop {
-    pub(crate) settings: HealthSettings,
-    pub(crate) node: String,
-    pub(crate) mode: Mode,
-    pub(crate) policy: PolicyState,
-    kube: Option<Kube>,
-    pub(crate) metrics: Arc<HealthMetrics>,
+/// What the loop has learnt of its Node beyond the claim it reads each time.
+#[derive(Default)]
+struct NodeRecord {
     /// The claim was read back from the Node.
     restored: bool,
-    /// Whether this node holds a place in the breaker (`None`: not known).
+    /// Whether this node holds a place in the node breaker (`None`: not known).
     breaker_held: Option<bool>,
-    verdict: Option<Verdict>,
-    pub(crate) last_obs: Option<Assessment>,
+    /// The operator's reset annotation last taken.
+    reset_ack: Option<String>,
+    /// The opt-out was logged (once per opt-out).
+    opted_out_logged: bool,
+}
+
+/// Reconciles that failed, and when to try again.
+#[derive(Default)]
+struct Retrying {
     failures: u32,
     retry_at: Option<Instant>,
     /// The last intent logged while writes were impossible, to log each once.
     last_intent: Option<String>,
-    opted_out_logged: bool,
-    /// The operator's reset annotation last taken.
-    reset_ack: Option<String>,
-    /// Device taints were looked up (discovery, and the GPUs the loop's rules hold).
-    pub(crate) rules_restored: bool,
-    /// The GPUs (UUIDs) whose places in the GPU breaker this node holds, as last synced.
-    pub(crate) gpu_places: Option<Vec<String>>,
-    /// Warnings about damaged rules already logged.
-    pub(crate) damaged_logged: Vec<String>,
+}
+
+/// Which breaker a new quarantine asks for a place.
+#[derive(Debug, Clone, Copy)]
+enum Asking<'a> {
+    /// The node breaker, for a cordon.
+    Node,
+    /// The GPU breaker, for device taints on these GPUs (UUIDs).
+    Gpus(&'a [String]),
+}
+
+/// The loop's state between checks.
+pub(crate) struct HealthLoop {
+    ctx: Context,
+    kube: Option<Kube>,
+    judge: Judge,
+    record: NodeRecord,
+    retrying: Retrying,
+    /// The steps for GPUs held one by one keep their own state (`gpus.rs`).
+    gpus: GpuSteps,
 }
 
 impl HealthLoop {
@@ -219,46 +153,34 @@ impl HealthLoop {
         metrics: Arc<HealthMetrics>,
     ) -> Self {
         HealthLoop {
-            policy: PolicyState::new(settings.policy, settings.xids.clone()),
-            settings,
-            node,
-            mode,
+            judge: Judge::new(&settings),
+            ctx: Context { settings, node, mode, metrics },
             kube,
-            metrics,
-            restored: false,
-            breaker_held: None,
-            verdict: None,
-            last_obs: None,
-            failures: 0,
-            retry_at: None,
-            last_intent: None,
-            opted_out_logged: false,
-            reset_ack: None,
-            rules_restored: false,
-            gpu_places: None,
-            damaged_logged: Vec::new(),
+            record: NodeRecord::default(),
+            retrying: Retrying::default(),
+            gpus: GpuSteps::default(),
         }
     }
 
     async fn run<S: Source>(mut self, mut snapshots: watch::Receiver<Arc<S>>) {
-        let interval = self.settings.check_interval;
+        let interval = self.ctx.settings.check_interval;
         let mut next_check: Option<Instant> = None;
         let mut current = snapshots.borrow_and_update().clone();
         loop {
             let seen = current.observe();
-            let obs = signals::assess(&seen, &self.settings.thresholds);
+            let obs = signals::assess(&seen, &self.ctx.settings.thresholds);
             if next_check.is_none() && obs.observable {
                 self.check(&seen, &obs, CheckKind::Scheduled).await;
                 next_check = Some(Instant::now() + interval);
             } else if obs.observable
-                && self.last_obs.as_ref().is_some_and(|last| {
-                    let table = self.policy.table();
+                && self.judge.last_obs.as_ref().is_some_and(|last| {
+                    let table = self.judge.table();
                     obs.has_news_since(last, |code| table.class(code) != xid::XidClass::Event)
                 })
             {
                 self.check(&seen, &obs, CheckKind::Event).await;
             }
-            self.last_obs = Some(obs);
+            self.judge.last_obs = Some(obs);
             let far = Instant::now() + Duration::from_secs(3600);
             tokio::select! {
                 changed = snapshots.changed() => {
@@ -270,12 +192,12 @@ impl HealthLoop {
                 () = tokio::time::sleep_until(next_check.unwrap_or(far)), if next_check.is_some() => {
                     current = snapshots.borrow_and_update().clone();
                     let seen = current.observe();
-                    let obs = signals::assess(&seen, &self.settings.thresholds);
+                    let obs = signals::assess(&seen, &self.ctx.settings.thresholds);
                     self.check(&seen, &obs, CheckKind::Scheduled).await;
                     next_check = Some(Instant::now() + interval);
                 }
-                () = tokio::time::sleep_until(self.retry_at.unwrap_or(far)), if self.retry_at.is_some() => {
-                    self.retry_at = None;
+                () = tokio::time::sleep_until(self.retrying.retry_at.unwrap_or(far)), if self.retrying.retry_at.is_some() => {
+                    self.retrying.retry_at = None;
                     self.reconcile_now().await;
                 }
             }
@@ -283,10 +205,10 @@ impl HealthLoop {
     }
 
     async fn check(&mut self, seen: &Observation, obs: &Assessment, kind: CheckKind) {
-        self.last_obs = Some(obs.clone());
+        self.judge.last_obs = Some(obs.clone());
         self.ensure_restored().await;
-        let verdict = self.policy.step(obs, kind, SystemTime::now());
-        let node = self.node.as_str();
+        let verdict = self.judge.policy.step(obs, kind, SystemTime::now());
+        let node = self.ctx.node.as_str();
         for note in &verdict.notes {
             tracing::info!(node, "{note}");
         }
@@ -302,93 +224,86 @@ impl HealthLoop {
         }
         let kind_label = if kind == CheckKind::Scheduled { "scheduled" } else { "event" };
         let mut gpus = gpu_health(seen, obs, &verdict);
-        let before = self.metrics.view().gpus;
+        let before = self.ctx.metrics.view().gpus;
         for g in &mut gpus {
             g.quarantined = before.iter().any(|b| b.uuid == g.uuid && b.quarantined);
         }
         let (health, since, reasons) = (verdict.health, verdict.since, verdict.reasons.clone());
-        self.metrics.update(|v| {
+        self.ctx.metrics.update(|v| {
             *v.checks.entry(kind_label).or_default() += 1;
             v.health = health;
             v.since = since;
             v.reasons = reasons;
             v.gpus = gpus;
         });
-        self.verdict = Some(verdict);
+        self.judge.verdict = Some(verdict);
         self.reconcile_now().await;
     }
 
     /// Reads the claim an earlier run left on the Node, once.
     async fn ensure_restored(&mut self) {
         let Some(kube) = self.kube.clone() else { return };
-        if self.restored {
+        if self.record.restored {
             return;
         }
         let node = match kube.node.get_once().await {
             Ok(node) => node,
             Err(e) => {
-                tracing::debug!(node = %self.node, error = %e, "cannot read the node yet; restoring later");
+                tracing::debug!(node = %self.ctx.node, error = %e, "cannot read the node yet; restoring later");
                 return;
             }
         };
-        let view = NodeView::from_node(&node, &self.settings.names);
+        let view = NodeView::from_node(&node, &self.ctx.settings.names);
         self.restore_from(&view);
-        self.restore_rules(&kube, &view).await;
+        self.gpus.restore_rules(&self.ctx, &mut self.judge, &kube, &view).await;
     }
 
     fn restore_from(&mut self, view: &NodeView) {
-        self.restored = true;
-        let key = if self.mode == Mode::DryRun {
-            &self.settings.names.dry_run_annotation
-        } else {
-            &self.settings.names.state_annotation
-        };
-        match view.claim(key) {
+        self.record.restored = true;
+        match view.claim(self.ctx.claim_key()) {
             None => {}
-            Some(Err(e)) => tracing::warn!(node = %self.node, error = %e, "ignoring an unreadable claim on the node"),
+            Some(Err(e)) => {
+                tracing::warn!(node = %self.ctx.node, error = %e, "ignoring an unreadable claim on the node")
+            }
             Some(Ok(claim)) => {
                 let restored = claim.restored(&view.boot_id);
                 let reasons: Vec<String> = claim.reasons.iter().map(|r| r.describe()).collect();
                 tracing::info!(
-                    node = %self.node,
+                    node = %self.ctx.node,
                     state = %claim.state,
                     since = %time::format(claim.since),
                     reasons = %reasons.join("; "),
                     "took back the health state recorded on the node"
                 );
-                for note in self.policy.restore(restored) {
-                    tracing::info!(node = %self.node, "{note}");
-                }
-                self.breaker_held = Some(claim.applied.anything());
+                self.judge.restore(&self.ctx, restored);
+                self.record.breaker_held = Some(claim.applied.anything());
             }
         }
     }
 
     async fn reconcile_now(&mut self) {
-        let Some(verdict) = self.verdict.clone() else { return };
+        let Some(verdict) = self.judge.verdict.clone() else { return };
         if self.kube.is_none() {
             self.report_intent(&verdict, "report-only mode");
             return;
         }
         match self.reconcile().await {
             Ok(()) => {
-                if self.failures > 0 {
-                    tracing::info!(node = %self.node, "Kubernetes API reachable again; node updated");
+                if self.retrying.failures > 0 {
+                    tracing::info!(node = %self.ctx.node, "Kubernetes API reachable again; node updated");
                 }
-                self.failures = 0;
-                self.retry_at = None;
-                self.last_intent = None;
-                self.metrics.update(|v| v.api = "connected");
+                self.retrying = Retrying::default();
+                self.ctx.metrics.update(|v| v.api = "connected");
             }
             Err(e) => {
-                let verdict = self.verdict.clone().unwrap_or(verdict);
-                self.failures = self.failures.saturating_add(1);
+                let verdict = self.judge.verdict.clone().unwrap_or(verdict);
+                self.retrying.failures = self.retrying.failures.saturating_add(1);
                 let delay = Backoff { base: Duration::from_secs(1), ..Backoff::default() }
-                    .delay(self.failures)
-                    .min(self.settings.check_interval);
-                self.retry_at = Some(Instant::now() + delay);
+                    .delay(self.retrying.failures)
+                    .min(self.ctx.settings.check_interval);
+                self.retrying.retry_at = Some(Instant::now() + delay);
                 let retry_in_ms = delay.as_millis() as u64;
-                let node = self.node.clone();
+                let node = self.ctx.node.clone();
                 let (why, api) = match e.cause() {
                     Cause::Contended => {
                         tracing::warn!(node, retry_in_ms, "{e}; will try again");
@@ -404,22 +319,23 @@ impl HealthLoop {
                     }
                 };
                 self.report_intent(&verdict, &why);
-                self.metrics.update(|v| v.api = api);
+                self.ctx.metrics.update(|v| v.api = api);
             }
         }
     }
 
     /// Logs, once per change, what the loop would do but cannot.
     fn report_intent(&mut self, verdict: &Verdict, why: &str) {
+        let settings = &self.ctx.settings;
         let intent = match verdict.health {
             Health::Unknown => return,
             Health::Healthy => "keep or make the node schedulable, condition GPUHealthy=True".to_string(),
             Health::Unhealthy => {
                 let primary = verdict.primary_code();
-                let key = &self.settings.names.taint_key;
-                let scheduling = match self.mode {
+                let key = &settings.names.taint_key;
+                let scheduling = match self.ctx.mode {
                     Mode::Enforce if !verdict.holds_node() => {
-                        let effect = self.settings.gpu_effect.as_str();
+                        let effect = settings.gpu_effect.as_str();
                         let gpus: Vec<String> = verdict
                             .gpus
                             .iter()
@@ -442,33 +358,34 @@ impl HealthLoop {
                 format!("{scheduling}condition GPUHealthy=False ({})", reasons.join("; "))
             }
         };
-        if self.last_intent.as_deref() != Some(intent.as_str()) {
+        if self.retrying.last_intent.as_deref() != Some(intent.as_str()) {
+            let (node, mode) = (&self.ctx.node, self.ctx.mode.as_str());
             if verdict.health == Health::Unhealthy {
-                tracing::warn!(node = %self.node, mode = self.mode.as_str(), "{why}: would {intent}");
+                tracing::warn!(node = %node, mode, "{why}: would {intent}");
             } else {
-                tracing::info!(node = %self.node, mode = self.mode.as_str(), "{why}: would {intent}");
+                tracing::info!(node = %node, mode, "{why}: would {intent}");
             }
-            self.last_intent = Some(intent);
+            self.retrying.last_intent = Some(intent);
         }
     }
 
     /// Applies an operator's `<domain>/gpu-health-reset` annotation once; its effect
     /// shows from the next check on.
     fn take_reset_acknowledgement(&mut self, view: &NodeView) {
-        let Some(text) = view.annotations.get(&self.settings.names.reset_annotation) else { return };
+        let Some(text) = view.annotations.get(&self.ctx.settings.names.reset_annotation) else { return };
         let Some(at) = time::parse(text) else {
-            if self.reset_ack.as_deref() != Some(text.as_str()) {
-                tracing::warn!(node = %self.node, value = %text, "reset annotation is not an RFC 3339 time; ignored");
-                self.reset_ack = Some(text.clone());
+            if self.record.reset_ack.as_deref() != Some(text.as_str()) {
+                tracing::warn!(node = %self.ctx.node, value = %text, "reset annotation is not an RFC 3339 time; ignored");
+                self.record.reset_ack = Some(text.clone());
             }
             return;
         };
-        if self.reset_ack.as_deref() == Some(text.as_str()) {
+        if self.record.reset_ack.as_deref() == Some(text.as_str()) {
             return;
         }
-        self.reset_ack = Some(text.clone());
-        for note in self.policy.acknowledge_reset(at) {
-            tracing::info!(node = %self.node, "{note}");
+        self.record.reset_ack = Some(text.clone());
+        for note in self.judge.policy.acknowledge_reset(at) {
+            tracing::info!(node = %self.ctx.node, "{note}");
         }
     }
 
@@ -483,7 +400,7 @@ impl HealthLoop {
                 return Ok(());
             }
         }
-        Err(HealthError::Contended(self.node.clone(), ATTEMPTS))
+        Err(HealthError::Contended(self.ctx.node.clone(), ATTEMPTS))
     }
 
     /// One read, plan and write. Rule creates and value changes go before the node
@@ -491,18 +408,18 @@ impl HealthLoop {
     async fn reconcile_once(&mut self, kube: &Kube, retried: bool, fresh_rules: &mut bool) -> Result<Attempt> {
         // From the API server's cache first; after a conflict, the latest version.
         let node = kube.node.get(retried).await?;
-        let view = NodeView::from_node(&node, &self.settings.names);
+        let view = NodeView::from_node(&node, &self.ctx.settings.names);
         let now = SystemTime::now();
-        if !self.restored {
+        if !self.record.restored {
             self.restore_and_judge_again(&view, now);
         }
-        if !self.rules_restored && self.restore_rules(kube, &view).await {
-            self.judge_again(now);
+        if !self.gpus.restored() && self.gpus.restore_rules(&self.ctx, &mut self.judge, kube, &view).await {
+            self.judge.judge_again(&self.ctx, now);
         }
         self.take_reset_acknowledgement(&view);
-        let Some(verdict) = self.verdict.clone() else { return Ok(Attempt::Done) };
+        let Some(verdict) = self.judge.verdict.clone() else { return Ok(Attempt::Done) };
         let fresh = retried || *fresh_rules;
-        let (rules, list_error) = self.rules_for(kube, &view, &verdict, fresh).await;
+        let (rules, list_error) = self.gpus.rules_for(&self.ctx, kube, &view, &verdict, fresh).await;
         let (p, breaker_error) = self.plan_with_permit(kube, &view, &verdict, rules.as_deref(), now).await;
         if p.rules_missing && !fresh {
             // A rule the claim names is not in a cached listing: ask for the latest.
@@ -512,20 +429,20 @@ impl HealthLoop {
         if self.opted_out(&p) {
             return Ok(Attempt::Done);
         }
-        if self.write_rules(kube, &p, false, now).await? == Attempt::Again {
+        if self.gpus.write_rules(&self.ctx, &mut self.judge, kube, &p, false, now).await? == Attempt::Again {
             return Ok(Attempt::Again);
         }
         if let Some(patch) = &p.node_patch {
             match kube.node.patch(patch).await {
                 Ok(_) => {}
                 Err(ActionError::Conflict { .. }) => {
-                    tracing::debug!(node = %self.node, "node changed since it was read; planning again");
+                    tracing::debug!(node = %self.ctx.node, "node changed since it was read; planning again");
                     return Ok(Attempt::Again);
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        if self.write_rules(kube, &p, true, now).await? == Attempt::Again {
+        if self.gpus.write_rules(&self.ctx, &mut self.judge, kube, &p, true, now).await? == Attempt::Again {
             return Ok(Attempt::Again);
         }
         if let Some(patch) = &p.status_patch {
@@ -533,7 +450,7 @@ impl HealthLoop {
         }
         let events_written = self.write_events(kube, &view, &p, now).await;
         self.leave_breaker_if_done(kube, &p).await?;
-        self.sync_gpu_places(kube, &p).await?;
+        self.gpus.sync_gpu_places(&self.ctx, kube, &p).await?;
         if let Some(e) = breaker_error {
             return Err(e.into());
         }
@@ -549,22 +466,7 @@ impl HealthLoop {
     /// advances).
     fn restore_and_judge_again(&mut self, view: &NodeView, now: SystemTime) {
         self.restore_from(view);
-        self.judge_again(now);
-    }
-
-    /// Judges the last observation again, as an event check (no count advances), after
-    /// the policy learnt something (state restored, device taints refused).
-    pub(crate) fn judge_again(&mut self, now: SystemTime) {
-        if let Some(obs) = self.last_obs.clone() {
-            let verdict = self.policy.step(&obs, CheckKind::Event, now);
-            let (health, since, reasons) = (verdict.health, verdict.since, verdict.reasons.clone());
-            self.metrics.update(|v| {
-                v.health = health;
-                v.since = since;
-                v.reasons = reasons;
-            });
-            self.verdict = Some(verdict);
-        }
+        self.judge.judge_again(&self.ctx, now);
     }
 
     /// The plan, with a breaker's answer when it starts a new quarantine: the node
@@ -579,59 +481,72 @@ impl HealthLoop {
         rules: Option<&[RuleView]>,
         now: SystemTime,
     ) -> (Plan, Option<BreakerError>) {
-        let mut devices = Devices { rules, permit: Permit::NotAsked, effect: self.settings.gpu_effect };
-        let first = plan_with(view, verdict, self.mode, &Permit::NotAsked, &self.settings.names, now, &devices);
+        let (mode, names) = (self.ctx.mode, &self.ctx.settings.names);
+        let mut devices = Devices { rules, permit: Permit::NotAsked, effect: self.ctx.settings.gpu_effect };
+        let first = plan_with(view, verdict, mode, &Permit::NotAsked, names, now, &devices);
         if first.needs_permit {
-            let (permit, error) = self.node_permit(kube, now).await;
-            return (plan_with(view, verdict, self.mode, &permit, &self.settings.names, now, &devices), error);
+            let (permit, error) = self.permit(kube, Asking::Node, now).await;
+            let names = &self.ctx.settings.names;
+            return (plan_with(view, verdict, mode, &permit, names, now, &devices), error);
         }
         if !first.needs_gpu_permit.is_empty() {
-            let (permit, error) = self.gpu_permit(kube, &first.needs_gpu_permit, now).await;
+            let (permit, error) = self.permit(kube, Asking::Gpus(&first.needs_gpu_permit), now).await;
             devices.permit = permit;
-            let p = plan_with(view, verdict, self.mode, &Permit::NotAsked, &self.settings.names, now, &devices);
-            return (p, error);
+            let names = &self.ctx.settings.names;
+            return (plan_with(view, verdict, mode, &Permit::NotAsked, names, now, &devices), error);
         }
         (first, None)
     }
 
-    /// The node breaker's answer for a cordon.
-    async fn node_permit(&mut self, kube: &Kube, now: SystemTime) -> (Permit, Option<BreakerError>) {
-        match kube.breaker.acquire(now).await {
-            Ok(decision) => {
-                let breaker = BreakerView {
-                    open: !decision.granted,
-                    quarantined: decision.quarantined,
-                    limit: decision.limit,
-                    fleet: decision.fleet,
-                };
-                self.metrics.update(|v| v.breaker = Some(breaker));
-                if decision.granted {
-                    self.breaker_held = Some(true);
-                } else {
-                    tracing::warn!(
-                        node = %self.node,
-                        quarantined = decision.quarantined,
-                        limit = decision.limit,
-                        gpu_nodes = decision.fleet,
-                        "circuit breaker open: not quarantining this node"
-                    );
-                }
-                (decision.permit(), None)
-            }
-            Err(e) => (Permit::Unavailable, Some(e)),
+    /// A breaker's answer to `asking`, as the plan's permit: what it said is shown in
+    /// the metrics (one view of each breaker) and logged when it refuses; a breaker that
+    /// could not be asked permits nothing and its error is returned.
+    async fn permit(&mut self, kube: &Kube, asking: Asking<'_>, now: SystemTime) -> (Permit, Option<BreakerError>) {
+        let asked = match asking {
+            Asking::Node => kube.breaker.acquire(now).await,
+            Asking::Gpus(wanted) => kube.breaker.acquire_gpus(wanted, self.judge.gpus_seen(), now).await,
+        };
+        let decision = match asked {
+            Ok(decision) => decision,
+            Err(e) => return (Permit::Unavailable, Some(e)),
+        };
+        let view = decision.view();
+        self.ctx.metrics.update(|v| match asking {
+            Asking::Node => v.breaker = Some(view),
+            Asking::Gpus(_) => v.gpu_breaker = Some(view),
+        });
+        let node = &self.ctx.node;
+        match asking {
+            Asking::Node if decision.granted => self.record.breaker_held = Some(true),
+            Asking::Node => tracing::warn!(
+                node = %node,
+                quarantined = decision.quarantined,
+                limit = decision.limit,
+                gpu_nodes = decision.fleet,
+                "circuit breaker open: not quarantining this node"
+            ),
+            Asking::Gpus(_) if decision.granted => {}
+            Asking::Gpus(_) => tracing::warn!(
+                node = %node,
+                held_gpus = decision.quarantined,
+                limit = decision.limit,
+                fleet_gpus = decision.fleet,
+                "GPU circuit breaker open: not tainting this node's GPUs"
+            ),
         }
+        (decision.permit(), None)
     }
 
     /// Whether the node opted out (logged once per opt-out).
     fn opted_out(&mut self, p: &Plan) -> bool {
         let opted_out = p.opted_out;
-        self.metrics.update(|v| v.opted_out = opted_out);
+        self.ctx.metrics.update(|v| v.opted_out = opted_out);
         if !opted_out {
-            self.opted_out_logged = false;
-        } else if !self.opted_out_logged {
-            let label = &self.settings.names.opt_out_label;
-            tracing::info!(node = %self.node, label = %label, "node opted out: changing nothing on it");
-            self.opted_out_logged = true;
+            self.record.opted_out_logged = false;
+        } else if !self.record.opted_out_logged {
+            let label = &self.ctx.settings.names.opt_out_label;
+            tracing::info!(node = %self.ctx.node, label = %label, "node opted out: changing nothing on it");
+            self.record.opted_out_logged = true;
         }
         opted_out
     }
@@ -639,25 +554,26 @@ impl HealthLoop {
     /// Writes the plan's Events (a failed one is logged, not retried) and logs each;
     /// returns how many were written.
     async fn write_events(&self, kube: &Kube, view: &NodeView, p: &Plan, now: SystemTime) -> u64 {
+        let node = &self.ctx.node;
         let mut written = 0;
         for event in &p.events {
             match kube.node.event(view, event, now).await {
                 Ok(()) => written += 1,
-                Err(e) => tracing::warn!(node = %self.node, reason = event.reason, error = %e, "cannot write an Event"),
+                Err(e) => tracing::warn!(node = %node, reason = event.reason, error = %e, "cannot write an Event"),
             }
         }
         for event in &p.events {
-            tracing::info!(node = %self.node, reason = event.reason, "{}", event.message);
+            tracing::info!(node = %node, reason = event.reason, "{}", event.message);
         }
         written
     }
 
     /// Gives the breaker's place back once the loop owns nothing on the node.
     async fn leave_breaker_if_done(&mut self, kube: &Kube, p: &Plan) -> Result<()> {
-        if self.mode == Mode::Enforce && p.owns_nothing && self.breaker_held != Some(false) {
+        if self.ctx.mode == Mode::Enforce && p.owns_nothing && self.record.breaker_held != Some(false) {
             kube.breaker.release().await?;
-            self.breaker_held = Some(false);
-            self.metrics.update(|v| {
+            self.record.breaker_held = Some(false);
+            self.ctx.metrics.update(|v| {
                 if let Some(b) = v.breaker.as_mut() {
                     b.open = false;
                 }
@@ -667,9 +583,10 @@ impl HealthLoop {
     }
 
     fn count_actions(&self, p: &Plan, events_written: u64) {
-        let quarantined = self.mode == Mode::Enforce && !p.owns_nothing;
-        let tainted = if self.mode == Mode::Enforce { p.gpus_owned.clone() } else { Vec::new() };
-        self.metrics.update(|v| {
+        let enforce = self.ctx.mode == Mode::Enforce;
+        let quarantined = enforce && !p.owns_nothing;
+        let tainted = if enforce { p.gpus_owned.clone() } else { Vec::new() };
+        self.ctx.metrics.update(|v| {
             for g in &mut v.gpus {
                 g.quarantined = tainted.contains(&g.uuid);
             }
@@ -716,25 +633,12 @@ fn gpu_health(seen: &Observation, obs: &Assessment, verdict: &Verdict) -> Vec<Gp
 }
 
 #[cfg(test)]
-impl HealthLoop {
-    /// A loop on `node` with `settings`, talking to the API server at `url`, not
-    /// started: for the unit tests of its steps.
-    pub(crate) fn for_test(settings: HealthSettings, node: &str, url: &str) -> (HealthLoop, Kube) {
-        let metrics = Arc::new(HealthMetrics::default());
-        let config = kube::Config::new(url.parse().expect("a URL"));
-        let kube = connect(config, &settings, node, metrics.clone()).expect("a client");
-        let mode = mode_of(&settings);
-        (HealthLoop::new(settings, node.to_string(), mode, Some(kube.clone()), metrics), kube)
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::tests::settings;
     use gpu_health::fixtures;
     use gpu_health::observation::{Ecc, GpuReadings, GpuState, Nvml};
-    use gpu_health::policy::{HeldGpu, Latch, Needs, Reason};
+    use gpu_health::verdict::{HeldGpu, Latch, Needs, Reason};
 
     struct Seen(Observation);
 
@@ -777,7 +681,7 @@ mod tests {
         let mut l = offline(&[]);
         let sick = fixtures::unhealthy(SystemTime::now());
         l.report_intent(&sick, "report-only mode");
-        let intent = l.last_intent.clone().unwrap();
+        let intent = l.retrying.last_intent.clone().unwrap();
         assert!(
             intent.starts_with(
                 "cordon, taint gpu-telemetry.io/gpu-unhealthy=Xid79:NoSchedule, condition GPUHealthy=False ("
@@ -785,7 +689,7 @@ mod tests {
             "{intent}"
         );
         l.report_intent(&sick, "report-only mode");
-        assert_eq!(l.last_intent.as_deref(), Some(intent.as_str()));
+        assert_eq!(l.retrying.last_intent.as_deref(), Some(intent.as_str()));
 
         let reason = Reason { gpu: Some(3), uuid: "GPU-3".into(), ..fixtures::xid79_reason() };
         let held = HeldGpu {
@@ -797,24 +701,32 @@ mod tests {
         };
         let gpu = Verdict { reasons: vec![reason], gpus: vec![held], ..sick.clone() };
         l.report_intent(&gpu, "report-only mode");
-        let intent = l.last_intent.clone().unwrap();
+        let intent = l.retrying.last_intent.clone().unwrap();
         assert!(
             intent.starts_with("device-taint GPU 3 (GPU-3) gpu-telemetry.io/gpu-unhealthy=Xid79:NoSchedule, "),
             "{intent}"
         );
 
         l.report_intent(&fixtures::healthy(), "report-only mode");
-        assert_eq!(l.last_intent.as_deref(), Some("keep or make the node schedulable, condition GPUHealthy=True"));
+        assert_eq!(
+            l.retrying.last_intent.as_deref(),
+            Some("keep or make the node schedulable, condition GPUHealthy=True")
+        );
         let unknown = Verdict { health: Health::Unknown, ..fixtures::healthy() };
         l.report_intent(&unknown, "report-only mode");
-        assert_eq!(l.last_intent.as_deref(), Some("keep or make the node schedulable, condition GPUHealthy=True"));
+        assert_eq!(
+            l.retrying.last_intent.as_deref(),
+            Some("keep or make the node schedulable, condition GPUHealthy=True")
+        );
 
         let mut dry = offline(&["--health.dry-run", "true"]);
         dry.report_intent(&sick, "report-only mode");
-        assert!(dry.last_intent.unwrap().starts_with("record a dry-run annotation of condition GPUHealthy=False"));
+        assert!(
+            dry.retrying.last_intent.unwrap().starts_with("record a dry-run annotation of condition GPUHealthy=False")
+        );
         let mut condition_only = offline(&["--health.auto-cordon", "false"]);
         condition_only.report_intent(&sick, "report-only mode");
-        assert!(condition_only.last_intent.unwrap().starts_with("condition GPUHealthy=False"));
+        assert!(condition_only.retrying.last_intent.unwrap().starts_with("condition GPUHealthy=False"));
     }
 
     #[test]

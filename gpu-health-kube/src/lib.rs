@@ -54,6 +54,7 @@ pub mod device_rules;
 mod driver;
 pub mod error;
 mod gpus;
+mod parts;
 pub mod retry;
 
 pub use driver::{HealthHandle, Source, start_offline, start_with_config};

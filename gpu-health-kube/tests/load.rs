@@ -16,7 +16,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use gpu_health::node_state::{Applied, Claim, Found, Overridden, QuarantineState};
+use gpu_health::node_state::{Applied, Claim, QuarantineState};
 use gpu_health::policy::{Health, Needs, Reason};
 use serde_json::{Value, json};
 use support::{Loop, NS, node_snapshot, settings, snapshot, xid79};
@@ -43,18 +43,13 @@ fn quarantined_claim(node: &str) -> String {
         first_seen: None,
     };
     Claim {
-        state: QuarantineState::Quarantined,
-        since: SystemTime::now() - Duration::from_secs(3600),
         reasons: vec![reason],
-        latches: vec![],
         applied: Applied { cordon: true, taint: Some("Xid79".into()) },
-        found: Found::default(),
-        overridden: Overridden::default(),
-        blocked: false,
-        intended: vec![],
-        boot_id: format!("boot-{node}"),
-        gpus: vec![],
-        node_scope: None,
+        ..Claim::new(
+            QuarantineState::Quarantined,
+            SystemTime::now() - Duration::from_secs(3600),
+            &format!("boot-{node}"),
+        )
     }
     .to_json()
 }

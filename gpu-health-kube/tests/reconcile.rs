@@ -311,7 +311,7 @@ fn an_operator_reset_acknowledgement_releases_a_reset_the_loop_could_not_see() {
 
 #[test]
 fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
-    use gpu_health::node_state::{Applied, Claim, Found, GpuClaim, Overridden, QuarantineState};
+    use gpu_health::node_state::{Applied, Claim, GpuClaim, QuarantineState};
     use gpu_health::policy::{Latch, Needs, Reason};
 
     let api = ApiServer::open().run();
@@ -326,8 +326,6 @@ fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
     };
     let since = SystemTime::now() - Duration::from_secs(3600);
     let claim = Claim {
-        state: QuarantineState::Quarantined,
-        since,
         reasons: vec![reason.clone()],
         latches: vec![Latch {
             reason: reason.clone(),
@@ -337,11 +335,6 @@ fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
             seen_gone: false,
         }],
         applied: Applied { cordon: true, taint: Some("Xid79".into()) },
-        found: Found::default(),
-        overridden: Overridden::default(),
-        blocked: false,
-        intended: vec![],
-        boot_id: "boot-gpu-01".into(),
         gpus: vec![GpuClaim {
             index: 0,
             uuid: "GPU-0000".into(),
@@ -352,6 +345,7 @@ fn a_restart_that_cannot_read_the_node_at_first_still_lifts_nothing() {
             blocked: false,
         }],
         node_scope: Some(DEVICE_PLUGIN.into()),
+        ..Claim::new(QuarantineState::Quarantined, since, "boot-gpu-01")
     };
     api.patch_node_as(
         "gpu-01",

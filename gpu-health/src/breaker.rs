@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::names::BreakerSettings;
 use crate::plan::Permit;
+use crate::view::BreakerView;
 
 /// One GPU node as listed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,6 +53,11 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// What the metrics show of it.
+    pub fn view(&self) -> BreakerView {
+        BreakerView { open: !self.granted, quarantined: self.quarantined, limit: self.limit, fleet: self.fleet }
+    }
+
     pub fn permit(&self) -> Permit {
         if self.granted {
             Permit::Granted

@@ -39,8 +39,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::names::Names;
 use crate::observation::DraDevice;
-use crate::policy::{Latch, Needs, Reason, Restored, RestoredGpu};
+use crate::policy::{Restored, RestoredGpu};
 use crate::signals::SignalKind;
+use crate::verdict::{Latch, Needs, Reason};
 use crate::xid::{XidClass, XidTable};
 
 /// Why a listed rule is not taken as the loop's.

@@ -5,7 +5,7 @@
 
 use std::time::SystemTime;
 
-use crate::policy::{Health, Needs, Reason, Verdict};
+use crate::verdict::{Health, Needs, Reason, Verdict};
 
 /// XID 79 on GPU 0 (`GPU-a`): a fault that needs a reset.
 pub fn xid79_reason() -> Reason {

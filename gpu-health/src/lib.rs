@@ -5,10 +5,11 @@
 //! ```text
 //! Observation ──signals──> Assessment ──policy──> Verdict ──plan(NodeView, rules)──> patches, rules, Events
 //! ```
-//! The verdict holds GPUs one by one where it can ([`policy`]): the plan then writes a
-//! DeviceTaintRule per DRA device of each held GPU ([`device_rules`]) instead of
-//! cordoning the node, and the node only where a single GPU cannot be kept from the
-//! scheduler (a device plugin, no device taints served) or the fault is node-wide.
+//! The verdict ([`verdict`]: its reasons, latches and held GPUs) holds GPUs one by one
+//! where it can ([`policy`]): the plan then writes a DeviceTaintRule per DRA device of
+//! each held GPU ([`device_rules`]) instead of cordoning the node, and the node only
+//! where a single GPU cannot be kept from the scheduler (a device plugin, no device
+//! taints served) or the fault is node-wide.
 //! Nothing here does I/O or reads a clock: the Kubernetes edge (`gpu-health-kube`)
 //! reads the Node, asks the breaker's ConfigMap, writes, and drives the loop; the
 //! exporter fills the observation from its snapshot. The Node is read through
@@ -28,5 +29,6 @@ pub mod plan;
 pub mod policy;
 pub mod signals;
 pub mod time;
+pub mod verdict;
 pub mod view;
 pub mod xid;

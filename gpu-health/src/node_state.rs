@@ -23,7 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::names::Names;
 use crate::observation::DraDevice;
-use crate::policy::{Latch, Reason, Restored, RestoredGpu};
+use crate::policy::{Restored, RestoredGpu};
+use crate::verdict::{Latch, Reason};
 
 /// Why a claim could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -195,6 +196,25 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// A claim in `state` since `since` on a node booted as `boot_id`, with nothing
+    /// recorded yet: no reason, nothing applied, found or overridden, no GPU held.
+    pub fn new(state: QuarantineState, since: SystemTime, boot_id: &str) -> Claim {
+        Claim {
+            state,
+            since,
+            reasons: Vec::new(),
+            latches: Vec::new(),
+            applied: Applied::default(),
+            found: Found::default(),
+            overridden: Overridden::default(),
+            blocked: false,
+            intended: Vec::new(),
+            boot_id: boot_id.to_string(),
+            gpus: Vec::new(),
+            node_scope: None,
+        }
+    }
+
     pub fn parse(key: &str, text: &str) -> Result<Claim> {
         serde_json::from_str(text).map_err(|source| NodeStateError::Claim { key: key.to_string(), source })
     }
@@ -325,7 +345,7 @@ impl NodeView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::Needs;
+    use crate::verdict::Needs;
     use std::time::{Duration, UNIX_EPOCH};
 
     fn names() -> Names {
@@ -402,18 +422,9 @@ mod tests {
             first_seen: None,
         };
         let claim = Claim {
-            state: QuarantineState::Quarantined,
-            since: UNIX_EPOCH + Duration::from_secs(1_714_564_800),
             reasons: vec![reason],
-            latches: vec![],
             applied: Applied { cordon: true, taint: Some("Xid79".into()) },
-            found: Found::default(),
-            overridden: Overridden::default(),
-            blocked: false,
-            intended: vec![],
-            boot_id: "boot-1".into(),
-            gpus: vec![],
-            node_scope: None,
+            ..Claim::new(QuarantineState::Quarantined, UNIX_EPOCH + Duration::from_secs(1_714_564_800), "boot-1")
         };
         let text = claim.to_json();
         assert!(text.contains("\"since\":\"2024-05-01T12:00:00Z\""), "{text}");
@@ -450,18 +461,8 @@ mod tests {
             blocked: false,
         };
         let claim = Claim {
-            state: QuarantineState::GpusQuarantined,
-            since,
-            reasons: vec![],
-            latches: vec![],
-            applied: Applied::default(),
-            found: Found::default(),
-            overridden: Overridden::default(),
-            blocked: false,
-            intended: vec![],
-            boot_id: "boot-1".into(),
             gpus: vec![gpu.clone(), GpuClaim { index: 5, uuid: "GPU-5".into(), rules: vec![], ..gpu }],
-            node_scope: None,
+            ..Claim::new(QuarantineState::GpusQuarantined, since, "boot-1")
         };
         let text = claim.to_json();
         assert!(text.contains("\"state\":\"gpus-quarantined\""), "{text}");

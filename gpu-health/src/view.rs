@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-use crate::policy::{Health, Reason};
+use crate::verdict::{Health, Reason};
 
 /// One GPU's health as last checked.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -21,7 +21,7 @@
 use crate::device_rules::{self, Hold, RuleView};
 use crate::node_state::GpuClaim;
 use crate::observation::DraDevice;
-use crate::policy::{Health, HeldGpu};
+use crate::verdict::{Health, HeldGpu};
 
 use super::{EventSpec, EventType, Mode, Permit, Plan, RuleWrite, Scene, Wording};
 

@@ -16,7 +16,7 @@
 //!   breaker first; lifting never does.
 //! - A write is planned only when something differs, so a restart, a repeated check
 //!   or a retried reconcile sends nothing new.
-//! - One primary reason ([`policy::primary`]: most severe, then first seen) is the
+//! - One primary reason ([`verdict::primary`]: most severe, then first seen) is the
 //!   taint's value, the condition's reason and the `primary reason` every Event about
 //!   the unhealthy node names. When it moves (a more severe reason joins, or the
 //!   primary one clears), the taint the loop owns, the condition and a
@@ -37,8 +37,8 @@ use serde_json::{Map, Value, json};
 
 use crate::device_rules::{Effect, RuleView};
 use crate::names::Names;
-use crate::node_state::{Applied, Claim, Found, NodeView, Overridden, QuarantineState};
-use crate::policy::{self, Health, Verdict};
+use crate::node_state::{Applied, Claim, Found, NodeView, QuarantineState};
+use crate::verdict::{self, Health, Verdict};
 
 /// How far the loop may go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,7 +293,7 @@ fn plan_unhealthy(
     let (node, names, verdict) = (s.node, s.names, s.verdict);
     let primary = verdict.primary_code().to_string();
     let text = Wording { named: format!("primary reason {primary}"), reasons: describe(verdict), primary };
-    let previous = old.and_then(|o| policy::primary(&o.reasons)).map(|r| r.code.clone());
+    let previous = old.and_then(|o| verdict::primary(&o.reasons)).map(|r| r.code.clone());
     let mut c = claim.unwrap_or_else(|| new_claim(s));
     c.since = verdict.since.unwrap_or(s.now);
     c.reasons = verdict.reasons.clone();
@@ -324,20 +324,11 @@ fn plan_unhealthy(
 
 /// A claim for a node the loop has not recorded anything on yet.
 fn new_claim(s: &Scene) -> Claim {
+    // Every mode sets the state it records.
+    let since = s.verdict.since.unwrap_or(s.now);
     Claim {
-        // Set by every mode.
-        state: QuarantineState::Unhealthy,
-        since: s.verdict.since.unwrap_or(s.now),
-        reasons: Vec::new(),
-        latches: Vec::new(),
-        applied: Applied::default(),
         found: Found { unschedulable: s.node.unschedulable },
-        overridden: Overridden::default(),
-        blocked: false,
-        intended: Vec::new(),
-        boot_id: s.node.boot_id.clone(),
-        gpus: Vec::new(),
-        node_scope: None,
+        ..Claim::new(QuarantineState::Unhealthy, since, &s.node.boot_id)
     }
 }
 
@@ -776,7 +767,7 @@ mod tests {
     use super::*;
     use crate::device_rules;
     use crate::node_state::ConditionView;
-    use crate::policy::{Needs, Reason};
+    use crate::verdict::{Needs, Reason};
     use std::time::{Duration, UNIX_EPOCH};
 
     fn names() -> Names {
@@ -1026,7 +1017,7 @@ mod tests {
 
     fn unhealthy(reasons: Vec<Reason>) -> Verdict {
         let mut reasons = reasons;
-        reasons.sort_by(crate::policy::primary_order);
+        reasons.sort_by(crate::verdict::primary_order);
         Verdict { reasons, ..sick() }
     }
 
@@ -1122,7 +1113,7 @@ mod tests {
 
     use crate::device_rules::read_rule;
     use crate::observation::DraDevice;
-    use crate::policy::HeldGpu;
+    use crate::verdict::HeldGpu;
 
     fn dev(i: u32) -> DraDevice {
         DraDevice { driver: "gpu.nvidia.com".into(), pool: "gpu-1".into(), device: format!("gpu-{i}") }
