@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{Exporter, Launch, wait_for, write_scenario};
+use common::{Exporter, Launch, set_clock, wait_for, write_scenario};
 use exposition_parser::{Format, Limits, Sample};
 use fake_nvml::scenario::Scenario;
 use serde_json::json;
@@ -152,10 +152,6 @@ impl Run {
             self.scrapes.push(Scrape { at: now(), phase, text: self.exporter.metrics() });
         }
     }
-}
-
-fn set_clock(path: &Path, t: f64) {
-    std::fs::write(path, t.to_string()).unwrap();
 }
 
 #[test]

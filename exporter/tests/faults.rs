@@ -9,23 +9,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Launch, sample, wait_for, write_scenario};
-
-fn set_clock(path: &Path, t: f64) {
-    std::fs::write(path, t.to_string()).unwrap();
-}
-
-/// The exporter on `scenario`, its scenario time read from a file the test steps
-/// (starting at 0); the directory holds both files.
-fn clocked(scenario: &str, args: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, common::Exporter) {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = dir.path().join("clock");
-    set_clock(&clock, 0.0);
-    let scenario = write_scenario(dir.path(), "node.yaml", scenario);
-    let exporter =
-        Launch::scenario(&scenario, None).env("FAKE_NVML_CLOCK_FILE", clock.to_str().unwrap()).args(args).start();
-    (dir, clock, exporter)
-}
+use common::{Launch, clocked, sample, set_clock, wait_for, write_scenario};
 
 fn gpu(index: &str) -> [(&'static str, &str); 1] {
     [("gpu", index)]
@@ -38,9 +22,9 @@ fn a_lost_gpu_shows_as_lost_while_the_others_keep_updating() {
   - {model: H100-SXM5-80GB, values: {utilization: 50}, faults: [{at_s: 10, lost: true}]}
   - {model: H100-SXM5-80GB, values: {utilization: {steps: [[0, 20], [10, 65]]}}}
 ",
+        0.0,
         &["--collect-interval", "200ms", "--nvml.call-timeout", "100ms"],
     );
-    exporter.wait_ready();
     let m = exporter.metrics();
     assert_eq!(sample(&m, "gpu_up", &gpu("0")), Some(1.0));
     assert_eq!(sample(&m, "gpu_utilization", &gpu("0")), Some(50.0));
@@ -65,9 +49,9 @@ fn a_hung_call_marks_only_that_gpu_stale_and_scrapes_still_answer() {
   - {model: L40S-48GB, values: {utilization: {steps: [[0, 10], [5, 77]]}}}
   - {model: L40S-48GB, values: {power_watts: 200}, faults: [{at_s: 5, hang: {call: nvmlDeviceGetPowerUsage, for_s: 3}}]}
 ",
+        0.0,
         &["--collect-interval", "300ms", "--nvml.call-timeout", "150ms"],
     );
-    exporter.wait_ready();
     assert_eq!(sample(&exporter.metrics(), "gpu_power_usage_watts", &gpu("1")), Some(200.0));
 
     set_clock(&clock, 5.0);
@@ -94,9 +78,9 @@ fn an_xid_is_counted_from_the_event_set_without_waiting_for_a_cycle() {
         "gpus:
   - {model: A100-SXM4-80GB, faults: [{at_s: 3, xid: 79}, {at_s: 3, xid: 13}, {at_s: 4, xid: 79}]}
 ",
+        0.0,
         &["--collect-interval", "60s", "--nvml.call-timeout", "1s"],
     );
-    exporter.wait_ready();
     let cycles = sample(&exporter.metrics(), "gpu_exporter_collections_total", &[]).unwrap();
     assert_eq!(sample(&exporter.metrics(), "gpu_xid_errors_total", &[("xid", "79")]), None);
 

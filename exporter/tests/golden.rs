@@ -93,31 +93,7 @@ fn promtool(flavour: Flavour, exposition: &str) -> PromtoolRun {
 }
 
 fn compare(name: &str, actual: &str) {
-    let path = golden_path(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run with UPDATE_GOLDEN=1 to create it", path.display()));
-    if expected != actual {
-        let diff: Vec<String> = expected
-            .lines()
-            .zip(actual.lines())
-            .enumerate()
-            .filter(|(_, (e, a))| e != a)
-            .take(10)
-            .map(|(i, (e, a))| format!("line {}:\n  expected: {e}\n  actual:   {a}", i + 1))
-            .collect();
-        panic!(
-            "{} differs ({} vs {} lines); first differences:\n{}\nrun with UPDATE_GOLDEN=1 if the change is intended",
-            path.display(),
-            expected.lines().count(),
-            actual.lines().count(),
-            diff.join("\n")
-        );
-    }
+    test_support::golden::file(&golden_path(name), actual, "UPDATE_GOLDEN=1 cargo test -p gpu-exporter --test golden");
 }
 
 #[test]

@@ -7,10 +7,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-use common::{Exporter, Launch, sample, samples, wait_for, write_scenario};
+use common::{Launch, QUICK_CYCLES, clocked, sample, samples, set_clock, write_scenario};
 
 const H100: &str = "GPU-a1000000-0000-4000-8000-000000000000";
 const L40S: &str = "GPU-a1000000-0000-4000-8000-000000000001";
@@ -38,29 +35,6 @@ const SCENARIO: &str = "gpus:
         - {profile: 3g.40gb, values: {sm_activity: 60, graphics_activity: 33}}
 ";
 
-fn set_clock(path: &Path, t: f64) {
-    std::fs::write(path, t.to_string()).unwrap();
-}
-
-fn clocked(scenario: &str, start: f64) -> (tempfile::TempDir, PathBuf, Exporter) {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = dir.path().join("clock");
-    set_clock(&clock, start);
-    let scenario = write_scenario(dir.path(), "node.yaml", scenario);
-    let exporter = Launch::scenario(&scenario, None)
-        .env("FAKE_NVML_CLOCK_FILE", clock.to_str().unwrap())
-        .args(&["--collect-interval", "300ms", "--nvml.call-timeout", "250ms"])
-        .start();
-    exporter.wait_ready();
-    (dir, clock, exporter)
-}
-
-fn until(exporter: &Exporter, what: &str, check: impl Fn(&str) -> bool) -> String {
-    wait_for(Duration::from_secs(15), || check(&exporter.metrics()))
-        .unwrap_or_else(|| panic!("{what}; metrics:\n{}", exporter.metrics()));
-    exporter.metrics()
-}
-
 fn link(m: &str, name: &str, uuid: &str, link: &str, extra: &[(&str, &str)]) -> Option<f64> {
     let mut labels = vec![("uuid", uuid), ("link", link)];
     labels.extend_from_slice(extra);
@@ -73,8 +47,8 @@ fn series_of(m: &str, name: &str, uuid: &str) -> usize {
 
 #[test]
 fn nvlink_memory_temperature_and_graphics_activity_through_nvml() {
-    let (_dir, clock, exporter) = clocked(SCENARIO, 4.0);
-    let m = until(&exporter, "GPM graphics activity after two samples", |m| {
+    let (_dir, clock, exporter) = clocked(SCENARIO, 4.0, QUICK_CYCLES);
+    let m = exporter.wait_metrics("GPM graphics activity after two samples", |m| {
         sample(m, "gpu_graphics_activity", &[("uuid", H100)]).is_some()
             && samples(m, "gpu_graphics_activity").iter().any(|l| l.contains("mig_uuid="))
     });
@@ -109,7 +83,7 @@ fn nvlink_memory_temperature_and_graphics_activity_through_nvml() {
     set_clock(&clock, 10.0);
     // Error counters are read over a sweep of cycles (nvml::nvlink::ERROR_SWEEP_CYCLES),
     // so they may follow the link state by a few cycles.
-    let m = until(&exporter, "link 3 down and its errors", |m| {
+    let m = exporter.wait_metrics("link 3 down and its errors", |m| {
         link(m, "gpu_nvlink_up", H100, "3", &[]) == Some(0.0)
             && link(m, "gpu_nvlink_errors_total", H100, "3", &[("error_type", "recovery")]) == Some(1.0)
     });
@@ -139,10 +113,11 @@ fn a_hung_nvlink_call_stalls_only_its_gpu() {
     uuid: GPU-a1000000-0000-4000-8000-000000000001
 ",
         0.0,
+        QUICK_CYCLES,
     );
     exporter.wait_cycles(2);
     set_clock(&clock, 6.0);
-    let m = until(&exporter, "the H100 stale on its NVLink call", |m| {
+    let m = exporter.wait_metrics("the H100 stale on its NVLink call", |m| {
         sample(m, "gpu_collection_stale", &[("uuid", H100)]) == Some(1.0)
     });
     assert_eq!(sample(&m, "gpu_up", &[("uuid", L40S)]), Some(1.0), "the other GPU is read on");
@@ -175,7 +150,7 @@ fn dcgm_nvlink_bandwidth_is_the_rate_over_all_links_in_dcgms_unit() {
         .args(&["--collect-interval", "300ms", "--nvml.call-timeout", "250ms", "--metrics.naming", "both"])
         .start();
     exporter.wait_ready();
-    let m = until(&exporter, "a bandwidth after two cycles", |m| {
+    let m = exporter.wait_metrics("a bandwidth after two cycles", |m| {
         sample(m, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", &[("UUID", H100)]).is_some()
     });
     // 18 links × (1 MiB + 2 KiB) per second = 18,468 KiB/s, over 1000: 18. The driver

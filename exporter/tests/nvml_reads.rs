@@ -7,34 +7,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Exporter, Launch, sample, samples, wait_for, write_scenario};
-
-fn set_clock(path: &Path, t: f64) {
-    std::fs::write(path, t.to_string()).unwrap();
-}
-
-/// The exporter on `scenario` with scenario time `start` read from a file the test
-/// steps; the directory holds both files.
-fn clocked(scenario: &str, start: f64) -> (tempfile::TempDir, PathBuf, Exporter) {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = dir.path().join("clock");
-    set_clock(&clock, start);
-    let scenario = write_scenario(dir.path(), "node.yaml", scenario);
-    let exporter = Launch::scenario(&scenario, None)
-        .env("FAKE_NVML_CLOCK_FILE", clock.to_str().unwrap())
-        .args(&["--collect-interval", "300ms", "--nvml.call-timeout", "250ms"])
-        .start();
-    exporter.wait_ready();
-    (dir, clock, exporter)
-}
-
-fn until(exporter: &Exporter, what: &str, check: impl Fn(&str) -> bool) {
-    wait_for(Duration::from_secs(15), || check(&exporter.metrics()))
-        .unwrap_or_else(|| panic!("{what}; metrics:\n{}", exporter.metrics()));
-}
+use common::{QUICK_CYCLES, clocked, sample, samples, set_clock, wait_for};
 
 /// The first sample of `name` on a whole GPU (no MIG labels) with `labels`.
 fn gpu_sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
@@ -58,6 +33,7 @@ fn a_transient_error_at_start_up_is_read_again_and_switches_nothing_off() {
       - {at_s: 5, ecc_errors: {uncorrected: 2}}
 ",
         0.0,
+        QUICK_CYCLES,
     );
     let m = exporter.metrics();
     assert_eq!(sample(&m, "gpu_up", &[("gpu", "0")]), Some(1.0), "the GPU is read meanwhile");
@@ -68,7 +44,7 @@ fn a_transient_error_at_start_up_is_read_again_and_switches_nothing_off() {
     assert!(errors(&m, "nvmlDeviceGetUUID", "no_permission") >= 1.0, "{m}");
 
     set_clock(&clock, 4.0);
-    until(&exporter, "ECC mode read again once it answers", |m| {
+    exporter.wait_metrics("ECC mode read again once it answers", |m| {
         sample(m, "gpu_ecc_enabled", &[("uuid", "GPU-a1000000-0000-4000-8000-000000000001")]) == Some(1.0)
     });
     let m = exporter.metrics();
@@ -76,7 +52,7 @@ fn a_transient_error_at_start_up_is_read_again_and_switches_nothing_off() {
     assert_eq!(sample(&m, "gpu_ecc_volatile_errors_total", &[("error_type", "uncorrected")]), Some(0.0));
 
     set_clock(&clock, 6.0);
-    until(&exporter, "the ECC errors of 5 s are seen", |m| {
+    exporter.wait_metrics("the ECC errors of 5 s are seen", |m| {
         sample(m, "gpu_ecc_volatile_errors_total", &[("error_type", "uncorrected")]) == Some(2.0)
     });
     let settled = errors(&exporter.metrics(), "nvmlDeviceGetEccMode", "unknown");
@@ -92,10 +68,11 @@ fn gpu_is_lost_in_a_field_value_ends_the_read_as_lost() {
   - {model: A100-SXM4-80GB}
 ",
         0.0,
+        QUICK_CYCLES,
     );
     assert_eq!(exporter.value("gpu_lost", &[("gpu", "0")]), Some(0.0));
     set_clock(&clock, 4.0);
-    until(&exporter, "GPU 0 reported lost", |m| sample(m, "gpu_lost", &[("gpu", "0")]) == Some(1.0));
+    exporter.wait_metrics("GPU 0 reported lost", |m| sample(m, "gpu_lost", &[("gpu", "0")]) == Some(1.0));
     let m = exporter.metrics();
     assert_eq!(sample(&m, "gpu_up", &[("gpu", "0")]), Some(0.0));
     assert_eq!(sample(&m, "gpu_lost", &[("gpu", "1")]), Some(0.0));
@@ -112,6 +89,7 @@ fn not_supported_on_a_mig_device_leaves_its_parent_and_siblings_alone() {
       - {at_s: 0, error: {call: nvmlDeviceGetComputeRunningProcesses_v3, code: NOT_SUPPORTED, for_s: 1000, mig: 0}}
 ",
         0.0,
+        QUICK_CYCLES,
     );
     // A few cycles, so that a wrongly shared memory of NOT_SUPPORTED would have struck.
     let cycles = exporter.value("gpu_exporter_collections_total", &[]).unwrap();
@@ -143,6 +121,7 @@ fn mig_profiles_of_newer_drivers_are_read_and_an_unknown_one_is_still_named() {
       instances: [{profile: 2g.20gb+me.all}, {profile: 1g.10gb-me}, {profile: 1g.10gb+next}]
 ",
         0.0,
+        QUICK_CYCLES,
     );
     let m = exporter.metrics();
     let info = |gi: &'static str, profile: &'static str| {
@@ -174,6 +153,7 @@ fn a_profile_table_read_with_a_transient_error_is_read_again() {
     faults: [{at_s: 0, error: {call: nvmlDeviceGetGpuInstanceProfileInfoV, code: UNKNOWN, for_s: 3}}]
 ",
         0.0,
+        QUICK_CYCLES,
     );
     let m = exporter.metrics();
     assert!(errors(&m, "nvmlDeviceGetGpuInstanceProfileInfoV", "unknown") >= 1.0, "{m}");
@@ -183,7 +163,7 @@ fn a_profile_table_read_with_a_transient_error_is_read_again() {
         "instances are named meanwhile, by profile id: {m}"
     );
     set_clock(&clock, 4.0);
-    until(&exporter, "the whole profile table once it answers", |m| {
+    exporter.wait_metrics("the whole profile table once it answers", |m| {
         sample(m, "gpu_mig_profile_available", &[("mig_profile", "3g.40gb")]).is_some()
             && sample(m, "gpu_mig_profile_available", &[("mig_profile", "1g.10gb+me")]).is_some()
     });
@@ -196,9 +176,10 @@ fn xids_from_before_the_exporter_registered_are_not_counted() {
   - {model: A100-SXM4-80GB, faults: [{at_s: 2, xid: 79}, {at_s: 10, xid: 13}]}
 ",
         5.0,
+        QUICK_CYCLES,
     );
     set_clock(&clock, 11.0);
-    until(&exporter, "the XID of 10 s counted", |m| {
+    exporter.wait_metrics("the XID of 10 s counted", |m| {
         sample(m, "gpu_xid_errors_total", &[("gpu", "0"), ("xid", "13")]) == Some(1.0)
     });
     assert_eq!(

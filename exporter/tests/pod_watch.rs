@@ -118,7 +118,7 @@ async fn the_watch_follows_the_node_s_pods_and_ended_pods_leave_at_once() {
 async fn an_unreachable_api_server_degrades_without_a_crash() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     // A port that was just free: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = test_support::free_port();
     let watch = Arc::new(PodWatch::default());
     let task = tokio::spawn(pod_watch::run(client(&format!("http://127.0.0.1:{port}")), NODE.into(), watch.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -128,15 +128,11 @@ fn run_check(dir: &Path, port: u16) -> (i32, String) {
     (out.status.code().unwrap_or(-1), report)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 #[test]
 fn matching_readings_pass_and_call_latencies_are_reported() {
     let dir = tempfile::tempdir().unwrap();
     stand_in_nvidia_smi(dir.path(), &MATCHING);
-    let (code, report) = run_check(dir.path(), free_port());
+    let (code, report) = run_check(dir.path(), test_support::free_port());
     assert_eq!(code, 0, "{report}");
     assert!(report.contains("| 0 | memory total | 81559 MiB | 81559 MiB | 1 MiB | ok |"), "{report}");
     assert!(report.contains("| nvmlDeviceGetPowerUsage |"), "{report}");
@@ -147,7 +143,7 @@ fn matching_readings_pass_and_call_latencies_are_reported() {
 fn the_mig_layout_and_the_reads_on_mig_handles_are_compared() {
     let dir = tempfile::tempdir().unwrap();
     stand_in_nvidia_smi(dir.path(), &MATCHING);
-    let (code, report) = run_check(dir.path(), free_port());
+    let (code, report) = run_check(dir.path(), test_support::free_port());
     assert_eq!(code, 0, "{report}");
     for row in [
         "| 1 | profile 1g.10gb (id 19): instances free | 3 | 3 | ok |",
@@ -168,7 +164,7 @@ fn a_reading_outside_its_tolerance_fails_the_check() {
     let dir = tempfile::tempdir().unwrap();
     let readings = READINGS.replace(", 62, 348.10,", ", 75, 350.50,");
     stand_in_nvidia_smi(dir.path(), &Smi { readings: &readings, ..MATCHING });
-    let (code, report) = run_check(dir.path(), free_port());
+    let (code, report) = run_check(dir.path(), test_support::free_port());
     assert_eq!(code, 1, "{report}");
     assert!(report.contains("| 0 | temperature | 75 C | 61 C | 3 C | FAIL |"), "{report}");
 }
@@ -183,7 +179,7 @@ fn a_mig_layout_the_exporter_does_not_show_fails_the_check() {
     );
     let list = format!("{LIST}\n  MIG 1g.10gb     Device  2: (UUID: MIG-55555555-2222-3333-4444-555555555555)");
     stand_in_nvidia_smi(dir.path(), &Smi { profiles: &profiles, list: &list, ..MATCHING });
-    let (code, report) = run_check(dir.path(), free_port());
+    let (code, report) = run_check(dir.path(), test_support::free_port());
     assert_eq!(code, 1, "{report}");
     assert!(report.contains("| 1 | profile 1g.10gb-me (id 47): instances free | 7 | absent | FAIL |"), "{report}");
     assert!(

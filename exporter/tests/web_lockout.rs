@@ -75,18 +75,6 @@ async fn wait_ready(addr: SocketAddr, tls: Option<Arc<rustls::ClientConfig>>, ex
     panic!("the exporter never became ready; logs:\n{}", exporter.logs());
 }
 
-/// Waits until the attack has connected `count` times, or 10 s (a server that stopped
-/// accepting may never let them all in), then lets the server take what was queued.
-async fn opened(attack: &attack::Attack, count: usize) {
-    let _ = tokio::time::timeout(Duration::from_secs(10), async {
-        while attack.tally.connects.load(Ordering::Relaxed) < count {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-}
-
 /// The attack, the legitimate requests during it, and the descriptors around it.
 async fn attack_then_scrape(exporter: &Exporter, tls: Option<Arc<rustls::ClientConfig>>) {
     attack::raise_open_files_limit();
@@ -105,7 +93,7 @@ async fn attack_then_scrape(exporter: &Exporter, tls: Option<Arc<rustls::ClientC
     };
     attacks.push((attack::slowloris(addr, SLOW, SPREAD, tls.clone(), Duration::from_secs(1), for_a_while), SLOW));
     for (attack, count) in &attacks {
-        opened(attack, *count).await;
+        attack.opened(*count).await;
     }
     let attacks: Vec<attack::Attack> = attacks.into_iter().map(|(attack, _)| attack).collect();
 

@@ -39,19 +39,6 @@ fn options() -> Options {
     Options { drain: Duration::from_secs(1), ..Options::default() }
 }
 
-/// Waits until the attack has opened at least `count` connections, or 10 s (a server
-/// that stopped accepting may never let them all in).
-async fn opened(attack: &attack::Attack, count: usize) {
-    let _ = tokio::time::timeout(Duration::from_secs(10), async {
-        while attack.tally.connects.load(std::sync::atomic::Ordering::Relaxed) < count {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    // Let the server accept what the kernel queued.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-}
-
 async fn legitimate(addr: std::net::SocketAddr, tls: Option<Arc<rustls::ClientConfig>>) {
     for round in 0..3 {
         let (status, took) = attack::timed_get(addr, tls.clone(), "/whoami", &[], Duration::from_secs(3)).await;
@@ -64,7 +51,7 @@ async fn idle_sockets_do_not_lock_out_a_plain_client() {
     attack::raise_open_files_limit();
     let running = start(PLAIN, router(None), options()).await;
     let idle = attack::idle(running.addr, IDLE, 4, b"", Duration::from_secs(30));
-    opened(&idle, IDLE).await;
+    idle.opened(IDLE).await;
     legitimate(running.addr, None).await;
     idle.stop().await;
     running.stop().await;
@@ -81,8 +68,8 @@ async fn idle_sockets_and_stalled_handshakes_do_not_lock_out_a_tls_client() {
     let stalled = attack::idle(running.addr, IDLE / 2, 4, &[0x16, 0x03, 0x01], Duration::from_secs(30));
     // More than the 512 places there were; waiting for all of them would let the old
     // 10 s handshake timeout free some places meanwhile.
-    opened(&silent, IDLE / 4).await;
-    opened(&stalled, IDLE / 4).await;
+    silent.opened(IDLE / 4).await;
+    stalled.opened(IDLE / 4).await;
     legitimate(running.addr, Some(client_tls(&ca, None))).await;
     silent.stop().await;
     stalled.stop().await;
@@ -97,7 +84,7 @@ async fn slowloris_clients_do_not_lock_out_a_tls_client() {
     let tls = client_tls(&ca, None);
     let slow =
         attack::slowloris(running.addr, SLOW, 4, Some(tls.clone()), Duration::from_secs(1), Duration::from_secs(30));
-    opened(&slow, SLOW).await;
+    slow.opened(SLOW).await;
     legitimate(running.addr, Some(tls)).await;
     slow.stop().await;
     running.stop().await;

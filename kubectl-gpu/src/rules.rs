@@ -203,13 +203,6 @@ pub fn cost_group(table: &PriceTable) -> String {
     out
 }
 
-/// The generated block as it stands in a rules file, if both markers are there.
-pub fn block_in(text: &str) -> Option<(usize, usize)> {
-    let start = text.find(&format!("{BEGIN}:"))?;
-    let end_at = text[start..].find(&format!("{END}\n"))? + start + END.len() + 1;
-    Some((start, end_at))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,8 +222,6 @@ mod tests {
         assert_eq!(text.matches("- record: gpu:gpu_price_dollars_per_hour\n").count(), 2);
         assert!(text.starts_with(BEGIN) && text.ends_with(&format!("{END}\n")));
         let doc = format!("groups:\n{text}");
-        let (a, b) = block_in(&doc).unwrap();
-        assert_eq!(&doc[a..b], text);
         let parsed: serde_yaml_ng::Value = serde_yaml_ng::from_str(&doc).unwrap();
         assert_eq!(parsed["groups"][0]["name"].as_str(), Some("gpu-cost"));
     }

@@ -282,16 +282,11 @@ fn the_readme_samples_are_the_commands_output() {
     }
     block.truncate(block.len() - 1);
     block.push_str(README_END);
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
-    let readme = std::fs::read_to_string(&path).unwrap();
-    let start = readme.find(README_BEGIN).expect("README.md has the kubectl-gpu samples block");
-    let end = readme[start..].find(README_END).expect("and its end marker") + start + README_END.len();
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, format!("{}{block}{}", &readme[..start], &readme[end..])).unwrap();
-        return;
-    }
-    assert!(
-        readme[start..end] == block,
-        "README.md's kubectl gpu samples are out of date; regenerate with UPDATE_GOLDEN=1 cargo test -p kubectl-gpu --test e2e"
+    test_support::golden::block(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+        README_BEGIN,
+        README_END,
+        &block,
+        "UPDATE_GOLDEN=1 cargo test -p kubectl-gpu --test e2e",
     );
 }

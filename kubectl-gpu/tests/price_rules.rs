@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use kubectl_gpu::prices::{DEFAULT_TABLE, PriceTable};
-use kubectl_gpu::rules::{BEGIN, END, block_in, cost_group};
+use kubectl_gpu::rules::{BEGIN, END, cost_group};
 
 fn rules_file() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../alerts/gpu-rules.yaml")
@@ -19,20 +19,12 @@ fn rules_file() -> PathBuf {
 fn the_cost_rules_are_generated_from_the_price_table() {
     let table = PriceTable::defaults().unwrap();
     let wanted = cost_group(&table);
-    let path = rules_file();
-    let text = std::fs::read_to_string(&path).unwrap();
-    let Some((start, end)) = block_in(&text) else {
-        panic!("{} has no block between {BEGIN:?} and {END:?}", path.display());
-    };
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        let updated = format!("{}{wanted}{}", &text[..start], &text[end..]);
-        std::fs::write(&path, updated).unwrap();
-        return;
-    }
-    assert!(
-        text[start..end] == wanted,
-        "alerts/gpu-rules.yaml's gpu-cost rules disagree with alerts/gpu-prices.yaml; regenerate with \
-         UPDATE_GOLDEN=1 cargo test -p kubectl-gpu --test price_rules, then scripts/gen-deploy"
+    test_support::golden::block(
+        &rules_file(),
+        &format!("{BEGIN}:"),
+        &format!("{END}\n"),
+        &wanted,
+        "UPDATE_GOLDEN=1 cargo test -p kubectl-gpu --test price_rules, then scripts/gen-deploy",
     );
 }
 

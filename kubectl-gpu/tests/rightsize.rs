@@ -558,17 +558,12 @@ fn readme_sample(flavour: Flavour) -> String {
 #[test]
 fn the_readme_sample_is_this_run() {
     let block = readme_sample(Flavour::V2);
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
-    let readme = std::fs::read_to_string(&path).unwrap();
-    let start = readme.find(BEGIN).expect("README.md has the rightsize sample block");
-    let end = readme[start..].find(END).expect("and its end marker") + start + END.len();
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, format!("{}{block}{}", &readme[..start], &readme[end..])).unwrap();
-        return;
-    }
-    assert!(
-        readme[start..end] == block,
-        "README.md's rightsize sample is out of date; regenerate with UPDATE_GOLDEN=1 cargo test -p kubectl-gpu --test rightsize:\n{block}"
+    test_support::golden::block(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+        BEGIN,
+        END,
+        &block,
+        "UPDATE_GOLDEN=1 cargo test -p kubectl-gpu --test rightsize",
     );
 }
 

@@ -26,7 +26,8 @@ use gpu_metrics_adapter::http_client::HttpClient;
 use gpu_metrics_adapter::source::direct::discovery::{Target, Targets};
 use gpu_metrics_adapter::source::direct::{self, DirectSource};
 use support::{Pki, get, hpa_headers, tls_client, try_get};
-use test_support::prometheus::{Flavour, Launch, free_port};
+use test_support::free_port;
+use test_support::prometheus::{Flavour, Launch};
 
 const PODS_PER_NODE: usize = 8;
 
@@ -169,7 +170,7 @@ async fn pods_case(pods: usize) {
         "rules.yaml",
         "rules:\n- seriesQuery: 'gpu_utilization{namespace!=\"\",pod!=\"\"}'\n  resources:\n    overrides:\n      namespace: {resource: namespace}\n      pod: {resource: pod}\n  name: {as: prom_gpu_utilization}\n  metricsQuery: 'avg(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'\n",
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let urls: Vec<String> = addrs.iter().map(|a| format!("http://{a}/metrics")).collect();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gpu-metrics-adapter"))
         .env("GPU_METRICS_ADAPTER_EXPORTER_URL", urls.join(","))

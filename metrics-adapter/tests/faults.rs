@@ -26,7 +26,7 @@ async fn prometheus_down_slow_or_broken_is_a_bounded_error_never_zero() {
     let pki = Pki::new();
     let rules = pki.write("rules.yaml", RULES);
     // A port nobody listens on.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let closed = format!("127.0.0.1:{}", test_support::free_port());
     // A server that accepts and never answers.
     let slow = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let slow_addr = slow.local_addr().unwrap();

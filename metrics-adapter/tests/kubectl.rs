@@ -192,7 +192,7 @@ async fn kubectl_user_authorized_by_subject_access_review() {
 async fn the_dev_certs_bundle_works_with_kubectl() {
     let exporter = Exporter::start(Behavior::Serve(fixture("node-h100-timesliced.prom"))).await;
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = test_support::free_port();
     let b = gpu_metrics_adapter::certs::write_dev_bundle(
         &dir.path().join("certs"),
         &format!("https://127.0.0.1:{port}"),

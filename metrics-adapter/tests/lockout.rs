@@ -68,16 +68,6 @@ fn client(pki: &Pki, identity: Option<&gpu_metrics_adapter::certs::Pair>) -> Arc
     tls.config()
 }
 
-async fn opened(attack: &attack::Attack, count: usize) {
-    let _ = tokio::time::timeout(Duration::from_secs(10), async {
-        while attack.tally.connects.load(Ordering::Relaxed) < count {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_stalled_and_slowloris_sockets_do_not_lock_the_hpa_and_probes_out() {
     attack::raise_open_files_limit();
@@ -108,7 +98,7 @@ async fn idle_stalled_and_slowloris_sockets_do_not_lock_the_hpa_and_probes_out()
         (attack::slowloris(addr, SLOW, SPREAD, Some(kubelet.clone()), Duration::from_secs(1), for_a_while), SLOW),
     ];
     for (attack, count) in &attacks {
-        opened(attack, *count).await;
+        attack.opened(*count).await;
     }
 
     for round in 0..3 {

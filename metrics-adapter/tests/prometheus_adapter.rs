@@ -25,7 +25,8 @@ use support::kubectl::{json as kubectl_json, kubeconfig, kubectl};
 use support::node::{FROZEN_AT, NodeOptions, SimulatedNode, repo};
 use support::{Pki, Running, get, hpa_headers, quantity, tls_client};
 use test_support::apiserver::ApiServer;
-use test_support::prometheus::{Flavour, Launch, Prometheus, free_port};
+use test_support::free_port;
+use test_support::prometheus::{Flavour, Launch, Prometheus};
 
 /// Each named `async fn(Flavour)` becomes a module of two tests, `prometheus_2` and
 /// `prometheus_3`: the same body against each Prometheus.

@@ -93,6 +93,19 @@ impl Attack {
         self.tasks.shutdown().await;
         self.tally
     }
+
+    /// Waits until the attack has opened at least `count` connections, or 10 s (a
+    /// server that stopped accepting may never let them all in), then 300 ms more for
+    /// the server to accept what the kernel queued.
+    pub async fn opened(&self, count: usize) {
+        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+            while self.tally.connects.load(Ordering::Relaxed) < count {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }
 
 /// `count` sockets from attacker addresses spread over `spread` addresses, each opening

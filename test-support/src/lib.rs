@@ -5,12 +5,13 @@
 //! plugin, the adapter, the exporter and the health loop alike), typed Kubernetes
 //! objects for it ([`cluster`]), simulated GPU nodes and the metrics adapter as
 //! processes behind it ([`simulated`]), a real Prometheus and promtool of either major
-//! version ([`prometheus`]), and loopback connection attacks on a serving edge
-//! ([`attack`]). Against the real thing: a Kubernetes control plane built from its Go
-//! modules ([`control_plane`], `scripts/cluster`) with simulated nodes joined to it, their
-//! exporters on addresses of their own ([`netns`]) and the adapter behind the aggregator
-//! ([`joined`]), and an application's per-pod metrics ([`app_metrics`]). A
-//! dev-dependency only; nothing here ships.
+//! version ([`prometheus`]), golden files and README blocks that `UPDATE_GOLDEN=1`
+//! rewrites ([`golden`]), a free loopback port ([`free_port`]), and loopback connection
+//! attacks on a serving edge ([`attack`]). Against the real thing: a Kubernetes control
+//! plane built from its Go modules ([`control_plane`], `scripts/cluster`) with simulated
+//! nodes joined to it, their exporters on addresses of their own ([`netns`]) and the
+//! adapter behind the aggregator ([`joined`]), and an application's per-pod metrics
+//! ([`app_metrics`]). A dev-dependency only; nothing here ships.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -20,9 +21,17 @@ pub mod attack;
 pub mod cluster;
 pub mod control_plane;
 pub mod deploy;
+pub mod golden;
 pub mod joined;
 pub mod netns;
 pub mod pki;
 pub mod prometheus;
 pub mod simulated;
 pub mod tls;
+
+/// A loopback port free now, for a process whose address must be known before it
+/// starts (another process may take it in between).
+#[must_use]
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}

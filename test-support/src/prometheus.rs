@@ -153,12 +153,6 @@ fn version_line(program: &Path) -> Result<String, String> {
     text.lines().next().map(str::to_owned).ok_or_else(|| format!("{}: --version said nothing", program.display()))
 }
 
-/// A free loopback port, for a Prometheus whose address must be known before it starts.
-#[must_use]
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// What to start: see the module docs.
 #[derive(Clone, Debug)]
 pub struct Launch {
@@ -279,7 +273,7 @@ impl Launch {
         let config = dir.path().join("prometheus.yml");
         std::fs::write(&config, self.config_text()).unwrap();
         let tsdb = self.tsdb.clone().unwrap_or_else(|| dir.path().join("data"));
-        let addr: SocketAddr = format!("127.0.0.1:{}", self.port.unwrap_or_else(free_port)).parse().unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", self.port.unwrap_or_else(crate::free_port)).parse().unwrap();
         let log = dir.path().join("prometheus.log");
         let log_file = std::fs::File::create(&log).unwrap();
         let program = self.flavour.prometheus();

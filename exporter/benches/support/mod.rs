@@ -93,7 +93,7 @@ impl Spawned {
     }
 
     pub fn node_exporter() -> Option<Spawned> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let port = test_support::free_port();
         let address = format!("127.0.0.1:{port}");
         let child = Command::new("prometheus-node-exporter")
             .arg(format!("--web.listen-address={address}"))

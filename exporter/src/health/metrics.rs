@@ -10,7 +10,7 @@ use crate::render::labels::LabelSet;
 use crate::render::sink::Exposition;
 use crate::render::{RenderContext, Section, device_label_set, own_label_set};
 
-use gpu_health::policy::{Health, Needs};
+use gpu_health::verdict::{Health, Needs};
 pub use gpu_health::view::{BreakerView, GpuHealth, HealthMetrics, HealthView};
 
 pub const GPU_HEALTHY: Family = Family::gauge(
@@ -246,7 +246,7 @@ fn render_counters(view: &HealthView, out: &mut dyn Exposition, own: &LabelSet) 
 mod tests {
     use super::*;
     use crate::exposition::{Encoder, Format};
-    use gpu_health::policy::Reason;
+    use gpu_health::verdict::Reason;
 
     fn render(view: &HealthView) -> String {
         let mut out = String::new();

@@ -47,6 +47,28 @@ pub fn write_scenario(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// Sets the scenario time a clocked exporter reads (`FAKE_NVML_CLOCK_FILE`).
+pub fn set_clock(path: &Path, t: f64) {
+    std::fs::write(path, t.to_string()).unwrap();
+}
+
+/// Collection every 300 ms with a 250 ms deadline per NVML call: a clocked test's
+/// steps show within a second.
+pub const QUICK_CYCLES: &[&str] = &["--collect-interval", "300ms", "--nvml.call-timeout", "250ms"];
+
+/// The exporter on `scenario` with `args`, ready, its scenario time read from a file the
+/// test steps with [`set_clock`], starting at `start`; the directory holds both files.
+pub fn clocked(scenario: &str, start: f64, args: &[&str]) -> (tempfile::TempDir, PathBuf, Exporter) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = dir.path().join("clock");
+    set_clock(&clock, start);
+    let scenario = write_scenario(dir.path(), "node.yaml", scenario);
+    let exporter =
+        Launch::scenario(&scenario, None).env("FAKE_NVML_CLOCK_FILE", clock.to_str().unwrap()).args(args).start();
+    exporter.wait_ready();
+    (dir, clock, exporter)
+}
+
 /// A running exporter; killed when dropped.
 pub struct Exporter {
     child: Child,

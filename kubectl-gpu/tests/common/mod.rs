@@ -198,16 +198,5 @@ impl Cluster {
 /// Compares `actual` with the golden file `name`, or rewrites it with `UPDATE_GOLDEN=1`.
 pub fn golden(name: &str, actual: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("{}: {e}; create it with UPDATE_GOLDEN=1 cargo test -p kubectl-gpu", path.display())
-    });
-    assert!(
-        expected == actual,
-        "{} differs (regenerate with UPDATE_GOLDEN=1 cargo test -p kubectl-gpu --test e2e):\n--- expected\n{expected}\n--- actual\n{actual}",
-        path.display()
-    );
+    test_support::golden::file(&path, actual, "UPDATE_GOLDEN=1 cargo test -p kubectl-gpu --test e2e");
 }
