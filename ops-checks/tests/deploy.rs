@@ -15,11 +15,9 @@
 //! - the adapter's admission policy lets it create only its serving Secret.
 //!
 //! A missing tool fails the test with how to install it (`scripts/check-deploy` does).
-//! The adapter's own flags and TLS wiring are checked in `metrics-adapter/tests/deploy.rs`.
+//! The adapter's own flags and TLS wiring are checked in `deploy_adapter.rs` beside it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -981,13 +979,16 @@ fn scrape_config_scrapes_the_exporter_pods(flavour: Flavour) {
     let config = std::fs::read_to_string(&config_file).unwrap();
     let prometheus = prometheus::Launch::new(flavour).config(&config).start();
     let mut answer = Value::Null;
-    common::wait_for(Duration::from_secs(60), || {
-        let (status, body) = prometheus.get("/api/v1/targets?state=any");
-        answer = serde_json::from_str(&body).unwrap_or(Value::Null);
-        let count = |k: &str| answer["data"][k].as_array().map_or(0, Vec::len);
-        status == 200 && count("activeTargets") + count("droppedTargets") == 3
-    })
-    .unwrap_or_else(|| panic!("{flavour} did not discover the three targets: {answer}"));
+    test_support::simulated::wait_until(
+        &format!("{flavour} discovering the three targets"),
+        Duration::from_secs(60),
+        || {
+            let (status, body) = prometheus.get("/api/v1/targets?state=any");
+            answer = serde_json::from_str(&body).unwrap_or(Value::Null);
+            let count = |k: &str| answer["data"][k].as_array().map_or(0, Vec::len);
+            status == 200 && count("activeTargets") + count("droppedTargets") == 3
+        },
+    );
     let active = answer["data"]["activeTargets"].as_array().unwrap();
     assert_eq!(active.len(), 1, "exactly the exporter's metrics port is scraped: {answer}");
     let target = &active[0];
@@ -1067,7 +1068,7 @@ fn image_names_and_tags_live_only_in_the_base_kustomization_and_the_chart_values
         let text = std::fs::read_to_string(file).unwrap();
         let rel = file.strip_prefix(repo()).unwrap().display().to_string();
         // The Helm chart's values name the repositories and leave the tag to appVersion,
-        // which deploy-checks/tests/helm_chart.rs holds to the workspace version.
+        // which ops-checks/tests/helm_chart.rs holds to the workspace version.
         if rel == "deploy/base/kustomization.yaml" || rel == "deploy/helm/gpu-telemetry/values.yaml" {
             continue;
         }

@@ -14,7 +14,7 @@
 //! - delegated-authentication RBAC, the PodDisruptionBudget, the security context.
 //!
 //! Cross-cutting checks (schemas, images, generated objects) are in
-//! `exporter/tests/deploy.rs`.
+//! `deploy.rs` beside it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -265,7 +265,7 @@ fn the_base_provisions_its_own_serving_certificate_with_least_privilege() {
             })
             .unwrap();
         assert_eq!(secret_role["metadata"]["namespace"], "gpu-telemetry", "{name}: the Secret's namespace only");
-        // The admission policy that narrows `create` (its CEL is evaluated in exporter/tests/deploy.rs).
+        // The admission policy that narrows `create` (its CEL is evaluated in deploy.rs).
         let policy = all(&r.docs, "ValidatingAdmissionPolicy")
             .find(|p| p["spec"]["matchConditions"][0]["expression"].as_str().unwrap().contains("gpu-metrics-adapter"))
             .unwrap_or_else(|| panic!("{name}: no admission policy for the adapter's Secret"));

@@ -555,17 +555,13 @@ fn the_readme_values_table_is_the_schemas() {
     }
     // values.yaml itself passes the schema (every `helm template` checks it), so it names
     // nothing the table lacks.
-    let path = repo().join("README.md");
-    let readme = std::fs::read_to_string(&path).unwrap();
-    let begin = "<!-- values-table: begin (deploy-checks/tests/helm_chart.rs writes it with UPDATE_GOLDEN=1) -->\n";
+    let begin = "<!-- values-table: begin (ops-checks/tests/helm_chart.rs writes it with UPDATE_GOLDEN=1) -->\n";
     let end = "<!-- values-table: end -->";
-    let start = readme.find(begin).unwrap_or_else(|| panic!("README.md lacks the line {begin}")) + begin.len();
-    let stop = readme[start..].find(end).unwrap_or_else(|| panic!("README.md lacks {end}")) + start;
-    if readme[start..stop] != table {
-        if std::env::var_os("UPDATE_GOLDEN").is_some() {
-            std::fs::write(&path, format!("{}{table}{}", &readme[..start], &readme[stop..])).unwrap();
-        } else {
-            panic!("README.md's values table is not the schema's: rerun with UPDATE_GOLDEN=1 and commit README.md");
-        }
-    }
+    test_support::golden::block(
+        &repo().join("README.md"),
+        begin,
+        end,
+        &format!("{begin}{table}{end}"),
+        "UPDATE_GOLDEN=1 cargo test -p ops-checks --test helm_chart the_readme_values_table",
+    );
 }

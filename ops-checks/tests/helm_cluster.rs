@@ -1,7 +1,8 @@
-//! The chart on a real control plane (`scripts/cluster`: etcd, kube-apiserver,
-//! controller-manager with the deployment, replicaset and daemonset controllers, scheduler,
-//! v1.37.2) with one simulated GPU node (`fake-kubelet join`, which marks the pods bound
-//! to it Running without running their containers), through Helm v4:
+//! The chart on a real control plane (`test_support::control_plane`, `scripts/cluster`:
+//! etcd, kube-apiserver, controller-manager with the deployment, replicaset and daemonset
+//! controllers, scheduler, v1.37.2) with one simulated GPU node (`test_support::joined`:
+//! `fake-kubelet join`, which marks the pods bound to it Running without running their
+//! containers), through Helm v4:
 //! - `helm install` with the defaults: every object accepted; the DaemonSet's pod runs on
 //!   the GPU node, the adapter's two replicas are scheduled;
 //! - the adapter's part the kubelet would start: the real `gpu-metrics-adapter`, run here
@@ -27,145 +28,79 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use clap::CommandFactory;
 use common::*;
 use serde_json::{Value, json};
+use test_support::control_plane::ControlPlane;
 use test_support::deploy::PodContext;
-use test_support::simulated::{self, Clock, Killed, SimulatedNode};
+use test_support::joined::{JoinedFleet, NodeSpec};
+use test_support::simulated::{self, Clock, Killed, SimulatedNode, wait_until_ok};
 
 const NS: &str = "gpu-telemetry";
 const RELEASE: &str = "gpu-telemetry";
 /// Where the seed's scenario runs its GPU pods: the namespace `helm test` asks about.
 const WORKLOADS: &str = "ai-inference";
 
-/// A cluster from `scripts/cluster up`, stopped (`down`) when dropped.
-struct Cluster {
-    dir: PathBuf,
-    kubeconfig: PathBuf,
-    api_server: String,
-    _keep: tempfile::TempDir,
+/// `kubectl args` as the admin: its stdout, or its output when it fails.
+fn kubectl(cluster: &ControlPlane, args: &[&str]) -> Result<String, String> {
+    let out = cluster.kubectl().args(args).output().unwrap();
+    if out.status.success() { Ok(String::from_utf8(out.stdout).unwrap()) } else { Err(text(&out)) }
 }
 
-impl Cluster {
-    fn up() -> Cluster {
-        let keep = tempfile::tempdir().unwrap();
-        let dir = keep.path().join("cluster");
-        let out = Command::new(repo().join("scripts/cluster"))
-            .args(["up", "--dir", dir.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "scripts/cluster up (builds Kubernetes v1.37.2 on first use; scripts/test builds it first):\n{}",
-            text(&out)
-        );
-        let env = std::fs::read_to_string(dir.join("env")).unwrap();
-        let var = |k: &str| env.lines().find_map(|l| l.strip_prefix(&format!("{k}="))).unwrap().to_owned();
-        Cluster { kubeconfig: var("KUBECONFIG").into(), api_server: var("API_SERVER"), dir, _keep: keep }
-    }
-
-    fn kubectl(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new(test_support::deploy::kubectl())
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        if out.status.success() { Ok(String::from_utf8(out.stdout).unwrap()) } else { Err(text(&out)) }
-    }
-
-    fn json(&self, args: &[&str]) -> Option<Value> {
-        let mut a = args.to_vec();
-        a.extend(["-o", "json"]);
-        self.kubectl(&a).ok().map(|t| serde_json::from_str(&t).unwrap())
-    }
-
-    fn helm(&self, args: &[&str]) -> std::process::Output {
-        run_helm(args, Some(&self.kubeconfig))
-    }
-
-    /// A kubeconfig for `server` (trusting `ca`, checking `tls_server_name`) with `token`.
-    fn kubeconfig_for(
-        &self,
-        name: &str,
-        server: &str,
-        ca: &Path,
-        tls_server_name: Option<&str>,
-        token: &str,
-    ) -> PathBuf {
-        let mut cluster = json!({"server": server, "certificate-authority": ca});
-        if let Some(n) = tls_server_name {
-            cluster["tls-server-name"] = json!(n);
-        }
-        let config = json!({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "c", "cluster": cluster}],
-            "users": [{"name": "u", "user": {"token": token}}],
-            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-            "current-context": "c",
-        });
-        let path = self.dir.join(format!("{name}.kubeconfig"));
-        std::fs::write(&path, config.to_string()).unwrap();
-        path
-    }
-
-    /// A token of ServiceAccount `namespace/name`, as the kubelet projects it.
-    fn token(&self, namespace: &str, name: &str) -> String {
-        self.kubectl(&["-n", namespace, "create", "token", name, "--duration=1h"]).unwrap().trim().to_owned()
-    }
+/// `kubectl args -o json` as the admin; `None` when it fails (for instance: not found).
+fn json(cluster: &ControlPlane, args: &[&str]) -> Option<Value> {
+    let mut a = args.to_vec();
+    a.extend(["-o", "json"]);
+    kubectl(cluster, &a).ok().map(|t| serde_json::from_str(&t).unwrap())
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(repo().join("scripts/cluster"))
-            .args(["down", "--dir", self.dir.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .output();
-    }
+fn helm(cluster: &ControlPlane, args: &[&str]) -> std::process::Output {
+    run_helm(args, Some(&cluster.kubeconfig))
 }
 
+/// A token of ServiceAccount `namespace/name`, as the kubelet projects it.
+fn token(cluster: &ControlPlane, namespace: &str, name: &str) -> String {
+    cluster.run(&["-n", namespace, "create", "token", name, "--duration=1h"]).trim().to_owned()
+}
+
+/// A kubeconfig for `server`, which is not the API server (the adapter, as the
+/// aggregator reaches it): trusting `ca`, checking `tls_server_name`, with `token`.
+fn kubeconfig_for(
+    cluster: &ControlPlane,
+    name: &str,
+    server: &str,
+    ca: &Path,
+    tls_server_name: &str,
+    token: &str,
+) -> PathBuf {
+    let config = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority": ca, "tls-server-name": tls_server_name}}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    });
+    let path = cluster.dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(&path, config.to_string()).unwrap();
+    path
+}
+
+/// Polls `f` until it has something, for at most `timeout`.
 fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    wait_until_ok(what, timeout, || f().ok_or_else(|| String::from("not yet")))
 }
 
-fn spawn(cmd: &mut Command) -> Killed {
-    Killed::new(cmd.stdin(Stdio::null()).spawn().unwrap())
+/// The simulated GPU node `gpu-node-1` joined to the cluster, Ready.
+fn join_node(cluster: &ControlPlane) -> JoinedFleet {
+    let scenario = std::fs::read_to_string(repo().join("fake-nvml/scenarios/a100-80gb.yaml")).unwrap();
+    JoinedFleet::join(cluster, &[NodeSpec { name: "gpu-node-1".into(), scenario, replicas: 1 }])
 }
 
-/// The simulated GPU node `gpu-node-1` joined to the cluster.
-fn join_node(cluster: &Cluster) -> Killed {
-    let out = Command::new(repo().join("scripts/cluster"))
-        .args(["user", "system:node:gpu-node-1", "--group", "system:nodes", "--dir", cluster.dir.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "scripts/cluster user: {}", text(&out));
-    let kubeconfig = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    let scenario = repo().join("fake-nvml/scenarios/a100-80gb.yaml");
-    let node = format!("name=gpu-node-1,scenario={},kubeconfig={kubeconfig}", scenario.display());
-    spawn(
-        Command::new(simulated::binaries().join("fake-kubelet"))
-            .args(["join", "--node", &node, "--dir"])
-            .arg(cluster.dir.join("nodes"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    )
-}
-
-fn pods(cluster: &Cluster, selector: &str) -> Vec<Value> {
-    cluster
-        .json(&["-n", NS, "get", "pods", "-l", selector])
+fn pods(cluster: &ControlPlane, selector: &str) -> Vec<Value> {
+    json(cluster, &["-n", NS, "get", "pods", "-l", selector])
         .map(|l| l["items"].as_array().unwrap().clone())
         .unwrap_or_default()
 }
@@ -176,15 +111,13 @@ fn running(pods: &[Value]) -> Vec<&Value> {
 
 /// The adapter as the kubelet would start it from the live Deployment, with the Secret
 /// and APIServices it keeps, on a loopback port, reading `exporter`.
-fn start_adapter(cluster: &Cluster, exporter: &str) -> (Killed, String) {
-    let deployment = cluster.json(&["-n", NS, "get", "deployment", "gpu-metrics-adapter"]).unwrap();
+fn start_adapter(cluster: &ControlPlane, exporter: &str) -> (Killed, String, PathBuf) {
+    let deployment = json(cluster, &["-n", NS, "get", "deployment", "gpu-metrics-adapter"]).unwrap();
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let pod =
         PodContext { render: "installed", workload: &deployment, pod: "gpu-metrics-adapter-0", node: "gpu-node-1" };
     let mut argv = pod.argv(container, &gpu_metrics_adapter::config::Cli::command(), "gpu-metrics-adapter", &[]);
-    let token = cluster.token(NS, "gpu-metrics-adapter");
-    let kubeconfig =
-        cluster.kubeconfig_for("adapter", &cluster.api_server, &cluster.dir.join("pki/ca.crt"), None, &token);
+    let kubeconfig = cluster.service_account(NS, "gpu-metrics-adapter", None);
     // What differs from the pod: no pod network (a loopback port, the exporter's address),
     // logs to read the address from, and the token in a kubeconfig instead of a mount.
     argv.extend([
@@ -203,34 +136,34 @@ fn start_adapter(cluster: &Cluster, exporter: &str) -> (Killed, String) {
         .spawn()
         .unwrap();
     let addr = simulated::adapter_address(&mut child);
-    (Killed::new(child), format!("https://{addr}"))
+    (Killed::new(child), format!("https://{addr}"), kubeconfig)
 }
 
-fn ca_bundle(cluster: &Cluster, name: &str) -> Option<String> {
-    cluster.json(&["get", "apiservice", name])?["spec"]["caBundle"].as_str().map(str::to_owned)
+fn ca_bundle(cluster: &ControlPlane, name: &str) -> Option<String> {
+    json(cluster, &["get", "apiservice", name])?["spec"]["caBundle"].as_str().map(str::to_owned)
 }
 
 #[test]
 fn install_test_upgrade_and_uninstall_on_a_real_control_plane() {
-    let cluster = Cluster::up();
+    let cluster = ControlPlane::start();
     let _node = join_node(&cluster);
-    wait_for("the node gpu-node-1 to be Ready", Duration::from_secs(60), || {
-        cluster.kubectl(&["get", "node", "gpu-node-1"]).ok()
-    });
-    cluster.kubectl(&["create", "namespace", WORKLOADS]).unwrap();
+    cluster.run(&["create", "namespace", WORKLOADS]);
 
     // ---- install ----
     let chart = chart();
-    let out = cluster.helm(&[
-        "install",
-        RELEASE,
-        chart.to_str().unwrap(),
-        "-n",
-        NS,
-        "--create-namespace",
-        "--set",
-        &format!("test.namespace={WORKLOADS}"),
-    ]);
+    let out = helm(
+        &cluster,
+        &[
+            "install",
+            RELEASE,
+            chart.to_str().unwrap(),
+            "-n",
+            NS,
+            "--create-namespace",
+            "--set",
+            &format!("test.namespace={WORKLOADS}"),
+        ],
+    );
     assert!(out.status.success(), "helm install: {}", text(&out));
     let exporter = wait_for("the exporter pod to run on gpu-node-1", Duration::from_secs(60), || {
         let p = pods(&cluster, "app.kubernetes.io/name=gpu-exporter");
@@ -259,9 +192,9 @@ fn install_test_upgrade_and_uninstall_on_a_real_control_plane() {
         Clock::Frozen(60.0),
         "",
     );
-    let (adapter, adapter_url) = start_adapter(&cluster, &node.metrics_url());
+    let (adapter, adapter_url, adapter_kubeconfig) = start_adapter(&cluster, &node.metrics_url());
     let secret = wait_for("the adapter's Secret and both caBundles", Duration::from_secs(60), || {
-        let s = cluster.json(&["-n", NS, "get", "secret", "gpu-metrics-adapter-serving"])?;
+        let s = json(&cluster, &["-n", NS, "get", "secret", "gpu-metrics-adapter-serving"])?;
         ca_bundle(&cluster, "v1beta1.custom.metrics.k8s.io")?;
         ca_bundle(&cluster, "v1beta2.custom.metrics.k8s.io")?;
         Some(s)
@@ -269,10 +202,8 @@ fn install_test_upgrade_and_uninstall_on_a_real_control_plane() {
     let bundle = ca_bundle(&cluster, "v1beta2.custom.metrics.k8s.io").unwrap();
     assert_eq!(ca_bundle(&cluster, "v1beta1.custom.metrics.k8s.io").unwrap(), bundle);
     // The admission policy holds the adapter to that one Secret.
-    let adapter_kubeconfig = cluster.dir.join("adapter.kubeconfig");
-    let refused = Command::new(test_support::deploy::kubectl())
-        .arg("--kubeconfig")
-        .arg(&adapter_kubeconfig)
+    let refused = cluster
+        .kubectl_as(&adapter_kubeconfig)
         .args(["-n", NS, "create", "secret", "generic", "another", "--from-literal=a=b"])
         .output()
         .unwrap();
@@ -288,12 +219,11 @@ fn install_test_upgrade_and_uninstall_on_a_real_control_plane() {
     let helm_test =
         std::thread::spawn(move || run_helm(&["test", RELEASE, "-n", NS, "--timeout", "3m"], Some(&kubeconfig)));
     let hook = wait_for("the test hook's Pod", Duration::from_secs(60), || {
-        cluster.json(&["-n", NS, "get", "pod", "gpu-telemetry-test"])
+        json(&cluster, &["-n", NS, "get", "pod", "gpu-telemetry-test"])
     });
     assert_eq!(hook["metadata"]["annotations"]["helm.sh/hook"], "test");
     for (kind, ns) in [("serviceaccount", NS), ("role", WORKLOADS), ("rolebinding", WORKLOADS)] {
-        cluster
-            .json(&["-n", ns, "get", kind, "gpu-telemetry-test"])
+        json(&cluster, &["-n", ns, "get", kind, "gpu-telemetry-test"])
             .unwrap_or_else(|| panic!("the hook's {kind} was not made"));
     }
     let container = &hook["spec"]["containers"][0];
@@ -311,14 +241,13 @@ fn install_test_upgrade_and_uninstall_on_a_real_control_plane() {
             .output()
             .unwrap()
     };
-    let hook_token = cluster.token(NS, "gpu-telemetry-test");
+    let hook_token = token(&cluster, NS, "gpu-telemetry-test");
     // Through the API server, the aggregator answers 503: it cannot reach a ClusterIP here.
-    let via_api =
-        cluster.kubeconfig_for("hook-api", &cluster.api_server, &cluster.dir.join("pki/ca.crt"), None, &hook_token);
+    let via_api = cluster.service_account(NS, "gpu-telemetry-test", None);
     let out = run_check(&via_api);
     assert!(!out.status.success() && text(&out).contains("503"), "through the aggregator: {}", text(&out));
     // Where the aggregator would connect: the adapter, trusted through caBundle only.
-    let direct = cluster.kubeconfig_for("hook", &adapter_url, &ca, Some(&service_name), &hook_token);
+    let direct = kubeconfig_for(&cluster, "hook", &adapter_url, &ca, &service_name, &hook_token);
     let out = run_check(&direct);
     assert!(out.status.success(), "the hook's command, as the hook's ServiceAccount: {}", text(&out));
     let said = text(&out);
@@ -330,47 +259,47 @@ fn install_test_upgrade_and_uninstall_on_a_real_control_plane() {
         .unwrap_or_else(|| panic!("check-api said: {said}"));
     assert!(values > 0 && said.contains(WORKLOADS), "the seed's pods in {WORKLOADS} have gpu_utilization: {said}");
     // The hook's Role is what lets it read: another ServiceAccount is refused.
-    let other = cluster.kubeconfig_for("other", &adapter_url, &ca, Some(&service_name), &cluster.token(NS, "default"));
+    let other = kubeconfig_for(&cluster, "other", &adapter_url, &ca, &service_name, &token(&cluster, NS, "default"));
     let out = run_check(&other);
     assert!(!out.status.success() && text(&out).contains("403"), "without the hook's Role: {}", text(&out));
     // The container exited 0: the kubelet's part, which `helm test` waits for.
     let status = json!({"status": {"phase": "Succeeded", "containerStatuses": [{
         "name": "check-api", "image": container["image"], "imageID": "", "ready": false, "restartCount": 0,
         "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}});
-    cluster
-        .kubectl(&[
-            "-n",
-            NS,
-            "patch",
-            "pod",
-            "gpu-telemetry-test",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &status.to_string(),
-        ])
-        .unwrap();
+    cluster.run(&[
+        "-n",
+        NS,
+        "patch",
+        "pod",
+        "gpu-telemetry-test",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ]);
     let out = helm_test.join().unwrap();
     assert!(out.status.success() && text(&out).contains("gpu-telemetry-test"), "helm test: {}", text(&out));
     wait_for("the succeeded hook to be deleted", Duration::from_secs(60), || {
-        cluster.json(&["-n", NS, "get", "pod", "gpu-telemetry-test"]).is_none().then_some(())
+        json(&cluster, &["-n", NS, "get", "pod", "gpu-telemetry-test"]).is_none().then_some(())
     });
 
     // ---- upgrade: what the adapter wrote is kept, the DaemonSet rolls ----
     drop(adapter);
-    let out = cluster.helm(&[
-        "upgrade",
-        RELEASE,
-        chart.to_str().unwrap(),
-        "-n",
-        NS,
-        "--reuse-values",
-        "--set",
-        "exporter.health.enforce=true",
-    ]);
+    let out = helm(
+        &cluster,
+        &[
+            "upgrade",
+            RELEASE,
+            chart.to_str().unwrap(),
+            "-n",
+            NS,
+            "--reuse-values",
+            "--set",
+            "exporter.health.enforce=true",
+        ],
+    );
     assert!(out.status.success(), "helm upgrade: {}", text(&out));
-    let kept = cluster
-        .json(&["-n", NS, "get", "secret", "gpu-metrics-adapter-serving"])
+    let kept = json(&cluster, &["-n", NS, "get", "secret", "gpu-metrics-adapter-serving"])
         .expect("the upgrade deleted the adapter's Secret");
     assert_eq!(kept["data"], secret["data"], "the upgrade changed the adapter's Secret");
     assert_eq!(kept["metadata"]["resourceVersion"], secret["metadata"]["resourceVersion"]);
@@ -396,21 +325,19 @@ fn install_test_upgrade_and_uninstall_on_a_real_control_plane() {
     );
 
     // ---- uninstall: only what the docs name is left ----
-    let out = cluster.helm(&["uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "2m"]);
+    let out = helm(&cluster, &["uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "2m"]);
     assert!(out.status.success(), "helm uninstall: {}", text(&out));
     wait_for("the release's pods to go", Duration::from_secs(90), || {
-        cluster.json(&["-n", NS, "get", "pods"]).filter(|l| l["items"].as_array().unwrap().is_empty()).map(|_| ())
+        json(&cluster, &["-n", NS, "get", "pods"]).filter(|l| l["items"].as_array().unwrap().is_empty()).map(|_| ())
     });
-    let left = cluster
-        .kubectl(&[
-            "-n",
-            NS,
-            "get",
-            "all,secrets,configmaps,roles,rolebindings,serviceaccounts,poddisruptionbudgets",
-            "-o",
-            "name",
-        ])
-        .unwrap();
+    let left = cluster.run(&[
+        "-n",
+        NS,
+        "get",
+        "all,secrets,configmaps,roles,rolebindings,serviceaccounts,poddisruptionbudgets",
+        "-o",
+        "name",
+    ]);
     let mut left: Vec<&str> = left.lines().collect();
     left.sort();
     // kube-root-ca.crt and the default ServiceAccount are the namespace's own.
@@ -419,9 +346,12 @@ fn install_test_upgrade_and_uninstall_on_a_real_control_plane() {
         ["configmap/kube-root-ca.crt", "secret/gpu-metrics-adapter-serving", "serviceaccount/default"],
         "docs/deploy.md names what helm uninstall leaves"
     );
-    let cluster_wide = cluster
-        .kubectl(&["get", "clusterroles,clusterrolebindings,apiservices,validatingadmissionpolicies,validatingadmissionpolicybindings", "-o", "name"])
-        .unwrap();
+    let cluster_wide = cluster.run(&[
+        "get",
+        "clusterroles,clusterrolebindings,apiservices,validatingadmissionpolicies,validatingadmissionpolicybindings",
+        "-o",
+        "name",
+    ]);
     for line in cluster_wide.lines() {
         assert!(
             !(line.contains("gpu-")
@@ -435,6 +365,6 @@ fn install_test_upgrade_and_uninstall_on_a_real_control_plane() {
         ("default", "role", "gpu-exporter-health-events"),
         (WORKLOADS, "role", "gpu-telemetry-test"),
     ] {
-        assert!(cluster.json(&["-n", ns, "get", kind, name]).is_none(), "helm uninstall left {ns}/{kind}/{name}");
+        assert!(json(&cluster, &["-n", ns, "get", kind, name]).is_none(), "helm uninstall left {ns}/{kind}/{name}");
     }
 }
