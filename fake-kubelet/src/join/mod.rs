@@ -14,8 +14,10 @@
 //! pod-resources socket, `/proc/<pid>/cgroup` and `/var/log/pods`, all under
 //! `<dir>/<node>/`. The processes' SM utilization comes from a load file spread over the
 //! workloads' Ready pods ([`load`]), so the HPA's replicas share a demand as behind a
-//! Service.
+//! Service. A node's own scenario is read again when it changes ([`base`]), so that a
+//! test can inject a fault (an XID, a lost GPU) into a running node.
 
+mod base;
 pub mod devices;
 mod kubelet;
 pub mod live;
@@ -208,6 +210,7 @@ pub async fn run(config: JoinConfig) -> Result<()> {
     if let Some(path) = config.load.clone() {
         tasks.spawn(follow_load(Arc::clone(&fleet), path));
     }
+    tasks.spawn(follow_bases(Arc::clone(&fleet)));
     tracing::info!(nodes = config.nodes.len(), "joined");
     // The tasks run until one fails for good (they retry what can be retried).
     match tasks.join_next().await {
@@ -359,6 +362,39 @@ async fn follow_load(fleet: Arc<Mutex<Fleet>>, path: PathBuf) -> Result<()> {
             }
             // A half-edited file is reported and the old load kept.
             Err(e) => tracing::warn!("{e}; keeping the previous load"),
+        }
+    }
+}
+
+/// Reads each node's own scenario again when it changes ([`base`]) and rewrites the
+/// node with it; a refused change is reported once and the node keeps its file.
+async fn follow_bases(fleet: Arc<Mutex<Fleet>>) -> Result<()> {
+    let mut refused: BTreeMap<usize, String> = BTreeMap::new();
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut f = fleet.lock().await;
+        let mut changed = false;
+        for (i, node) in f.nodes.iter_mut().enumerate() {
+            let Ok(text) = std::fs::read_to_string(&node.base_file) else { continue };
+            if text == node.base_text || refused.get(&i) == Some(&text) {
+                continue;
+            }
+            match base::rebase(&node.base_file, &text, node.settings.replicas, &node.table) {
+                Ok(scenario) => {
+                    node.base = scenario;
+                    node.base_text = text;
+                    refused.remove(&i);
+                    changed = true;
+                    tracing::info!(node = %node.settings.name, file = %node.base_file, "scenario changed");
+                }
+                Err(e) => {
+                    tracing::warn!(node = %node.settings.name, "{e}; keeping the node's scenario as it was");
+                    refused.insert(i, text);
+                }
+            }
+        }
+        if changed {
+            rewrite(&mut f)?;
         }
     }
 }
