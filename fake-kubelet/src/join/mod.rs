@@ -7,7 +7,10 @@
 //! heartbeats, and runs the pods the scheduler binds to it as a kubelet with the NVIDIA
 //! device plugin would: devices allocated ([`devices`]), processes started on them,
 //! the pod marked Running and Ready with an IP from the node's pod range ([`pods`]),
-//! and a deleted pod's devices freed and its deletion confirmed.
+//! and a deleted pod's devices freed and its deletion confirmed. A pod's ResourceClaims,
+//! once the scheduler has allocated them from the node's DRA pool (a ResourceSlice the
+//! test or the demo publishes, as the driver would), are its devices too, reported in
+//! pod-resources' `dynamic_resources`; the node publishes no slice itself.
 //!
 //! What the exporter of the node reads follows the pods: the node's scenario file
 //! rewritten with them ([`live`]; fake-nvml follows it with `FAKE_NVML_LIVE=1`), the
@@ -168,7 +171,37 @@ struct SimNode {
 
 impl SimNode {
     fn taken(&self) -> BTreeSet<String> {
-        self.pods.values().flat_map(|r| &r.placed.containers).flat_map(|c| &c.devices).map(|d| d.id.clone()).collect()
+        self.pods
+            .values()
+            .flat_map(|r| &r.placed.containers)
+            .flat_map(|c| &c.devices)
+            .filter(|d| d.claim.is_none())
+            .map(|d| d.id.clone())
+            .collect()
+    }
+
+    /// Device `device` of the node's DRA pool, held through `claim`.
+    fn claimed(&self, claim: &str, device: &str) -> std::result::Result<devices::Device, String> {
+        let dra = self.base.dra.as_ref().ok_or("the node has no DRA driver")?;
+        for gpu in self.base.gpus.iter().filter(|g| dra.publishes(g.index)) {
+            let instances: Vec<Option<&fake_nvml::scenario::mig::MigInstance>> = match &gpu.mig {
+                Some(instances) => instances.iter().map(Some).collect(),
+                None => vec![None],
+            };
+            for instance in instances {
+                if fake_nvml::scenario::dra::device_name(gpu, instance) == device {
+                    return Ok(devices::Device {
+                        resource: dra.driver.clone(),
+                        id: device.to_string(),
+                        gpu: gpu.index,
+                        mig: instance.map(|i| i.index),
+                        replica: None,
+                        claim: Some(claim.to_string()),
+                    });
+                }
+            }
+        }
+        Err(format!("claim {claim} holds {device}, which the node's DRA driver does not publish"))
     }
 
     fn free_ip(&self) -> Option<u8> {
@@ -399,12 +432,17 @@ async fn follow_bases(fleet: Arc<Mutex<Fleet>>) -> Result<()> {
     }
 }
 
-/// Places `pod` on node `index`: its devices, processes and IP. `Err` names what the
-/// node lacks.
+/// Devices held through ResourceClaims, by container: (claim, device name in the node's
+/// DRA pool).
+type Claimed = BTreeMap<String, Vec<(String, String)>>;
+
+/// Places `pod` on node `index`: its devices (the device plugin's, and those of
+/// `claimed`), processes and IP. `Err` names what the node lacks.
 fn place(
     fleet: &mut Fleet,
     index: usize,
     pod: &k8s_openapi::api::core::v1::Pod,
+    claimed: &Claimed,
 ) -> std::result::Result<Running, String> {
     let node = &mut fleet.nodes[index];
     let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -416,6 +454,9 @@ fn place(
             let got = node.table.allocate(&resource, count, &taken).map_err(|e| e.to_string())?;
             taken.extend(got.iter().map(|d| d.id.clone()));
             devices.extend(got);
+        }
+        for (claim, device) in claimed.get(&name).into_iter().flatten() {
+            devices.push(node.claimed(claim, device)?);
         }
         let pids: Vec<u32> = devices
             .iter()
