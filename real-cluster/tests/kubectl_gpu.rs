@@ -314,4 +314,37 @@ fn every_view_reads_the_real_api_server_with_the_viewer_roles_only() {
             || said.contains("cannot get resource \"services/proxy\""),
         "{said}"
     );
+
+    // A user who may read nodes and nothing else: the nodes show, unknown, and the
+    // warning quotes the server's refusal to list the exporter pods.
+    cp.apply(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: nodes-only}\nrules:\n  - \
+         {apiGroups: [\"\"], resources: [nodes], verbs: [get, list]}\n---\napiVersion: \
+         rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: dave-nodes}\nroleRef: {apiGroup: \
+         rbac.authorization.k8s.io, kind: ClusterRole, name: nodes-only}\nsubjects: [{kind: User, name: dave}]\n",
+    );
+    let dave = cp.user("dave", &[]);
+    let out = gpu(&dave, &["nodes", "--timeout", "5s"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for name in ["h100-node", "a100-node"] {
+        let line = out.stdout.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{}", out.stdout));
+        assert!(line.contains("unknown"), "{line}");
+    }
+    assert!(
+        out.stderr.contains(
+            "exporter forbidden (listing exporter pods in namespace gpu-telemetry (app.kubernetes.io/name=gpu-exporter): \
+             Error from server (Forbidden): pods is forbidden: User \"dave\" cannot list resource \"pods\" in API group \
+             \"\" in the namespace \"gpu-telemetry\""
+        ),
+        "{}",
+        out.stderr
+    );
+
+    // An admin's `kubectl cordon` is shown as the real kubectl names itself in the
+    // Node's managedFields (`kubectl`; the in-test fixtures say `kubectl-cordon`).
+    let jane = cp.user("jane", &["system:masters"]);
+    let out = cp.run_as_with_input(&jane, &["cordon", "a100-node"], "");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let nodes = json(&viewer, &["nodes", "-o", "json"]);
+    assert_eq!(item(&nodes, "name", "a100-node")["health"]["cordonedBy"], "kubectl", "{nodes}");
 }
