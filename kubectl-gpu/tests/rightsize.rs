@@ -28,7 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::{Pod, PodResourceClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::Value;
-use test_support::apiserver::{self, Access, ApiServer, Backend};
+use test_support::apiserver::{self, ApiServer, Backend};
 use test_support::cluster;
 use test_support::prometheus::{Flavour, Launch, Prometheus, Promtool};
 
@@ -339,7 +339,7 @@ fn setup(flavour: Flavour) -> &'static Setup {
         let (prometheus, history) = start_prometheus(flavour, end);
         let api = ApiServer::new();
         objects(&api);
-        api.user("viewer-token", "alice", Access::All);
+        api.user("viewer-token", "alice");
         api.service_proxy("gpu-telemetry", "prometheus", Backend::Http(prometheus.addr()));
         let addr = api.start();
         let dir = tempfile::tempdir().unwrap();

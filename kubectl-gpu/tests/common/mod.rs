@@ -27,7 +27,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use test_support::apiserver::{self, Access, ApiServer, Backend};
+use test_support::apiserver::{self, ApiServer, Backend};
 use test_support::cluster::{self, EXPORTER_NAMESPACE};
 use test_support::simulated::{Clock, MetricsAdapter, SimulatedNode, wait_until, workspace};
 
@@ -90,7 +90,7 @@ fn nodes_and_pods(api: &ApiServer) {
 }
 
 fn users(api: &ApiServer) {
-    api.user("viewer-token", "alice", Access::All);
+    api.user("viewer-token", "alice");
 }
 
 /// The cluster, started once per test binary.

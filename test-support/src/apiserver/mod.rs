@@ -81,17 +81,11 @@ pub use store::Store;
 /// The token of the user allowed everything.
 pub const ADMIN_TOKEN: &str = "admin-token";
 
-/// What a user may do: everything (RBAC is the real server's to check).
-#[derive(Debug, Clone)]
-pub enum Access {
-    All,
-}
-
-/// A user the server knows by token.
+/// A user the server knows by token; every user may do everything (what RBAC allows is
+/// the real server's to say).
 #[derive(Debug, Clone)]
 pub struct User {
     pub name: String,
-    pub access: Access,
 }
 
 /// A SubjectAccessReview policy: (user, spec) -> (allowed, reason).
@@ -159,7 +153,7 @@ impl ApiServer {
     /// A server with one user, `admin` ([`ADMIN_TOKEN`]), allowed everything.
     pub fn new() -> ApiServer {
         let server = ApiServer(Arc::default());
-        server.user(ADMIN_TOKEN, "admin", Access::All);
+        server.user(ADMIN_TOKEN, "admin");
         server
     }
 
@@ -173,8 +167,8 @@ impl ApiServer {
         s.resource_version.to_string()
     }
 
-    pub fn user(&self, token: &str, name: &str, access: Access) {
-        self.state().users.insert(token.into(), User { name: name.into(), access });
+    pub fn user(&self, token: &str, name: &str) {
+        self.state().users.insert(token.into(), User { name: name.into() });
     }
 
     /// Adds or replaces a node: a [`Node`], or JSON a test shaped as one.

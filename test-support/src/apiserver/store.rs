@@ -83,11 +83,6 @@ impl Store {
         self.injected.lock().unwrap().entry((method.into(), path.into())).or_default().extend(codes);
     }
 
-    /// Drops the injected answers not given yet.
-    pub fn clear_injected(&self) {
-        self.injected.lock().unwrap().clear();
-    }
-
     /// The first `n` GETs of `path` wait until all `n` have arrived.
     pub fn hold_reads(&self, path: &str, n: usize) {
         self.held.lock().unwrap().insert(path.to_owned(), (n, 0));
