@@ -122,12 +122,16 @@ fn admit(policy: &Policy, r: &Req) -> Option<String> {
         extra.insert("authentication.kubernetes.io/node-name".into(), json!([n]));
     }
     let group = if r.resource == "devicetaintrules" { "resource.k8s.io" } else { "" };
-    let request = json!({
+    let mut request = json!({
         "userInfo": {"username": r.user, "extra": extra},
         "resource": {"group": group, "version": "v1", "resource": r.resource},
-        "subResource": r.sub_resource,
         "operation": r.operation,
     });
+    // As the API server builds it: no subResource at all on a request to the object
+    // itself (an expression that reads it there fails).
+    if !r.sub_resource.is_empty() {
+        request["subResource"] = json!(r.sub_resource);
+    }
     let mut ctx = Context::default();
     ctx.add_function("dyn", dyn_identity);
     ctx.add_variable("request", request).unwrap();

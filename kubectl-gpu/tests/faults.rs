@@ -321,31 +321,3 @@ fn pods_fall_back_to_the_exporters_when_the_custom_metrics_api_is_not_served() {
     let r = f.run(&["pods", "-n", "ai", "--source", "custom-metrics"]);
     assert!(r.code == 1 && r.stderr.contains("custom metrics API: Error from server (NotFound)"), "{}", r.stderr);
 }
-
-#[test]
-fn a_user_who_may_not_list_the_exporter_pods_sees_the_nodes_unknown() {
-    let f = fixture(0);
-    let rbac = serde_json::json!([
-        {"kind": "ClusterRole", "apiVersion": "rbac.authorization.k8s.io/v1", "metadata": {"name": "nodes"},
-         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]},
-        {"kind": "ClusterRoleBinding", "apiVersion": "rbac.authorization.k8s.io/v1", "metadata": {"name": "nodes"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "nodes"},
-         "subjects": [{"kind": "User", "name": "carol"}]}
-    ]);
-    let grants = apiserver::Grants::from_manifests(rbac.as_array().unwrap(), "carol", &[]);
-    f.api.user("carol-token", "carol", apiserver::Access::Rbac(grants));
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = apiserver::kubeconfig(dir.path(), f.addr, &[("carol", "carol-token", "default")]);
-    let r = run_with(&kubeconfig, &[], &["nodes", "--timeout", "2s", "--exporter-timeout", "1s"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(
-        r.stdout.lines().filter(|l| l.starts_with("good ") || l.starts_with("bare ")).all(|l| l.contains("unknown")),
-        "{}",
-        r.stdout
-    );
-    assert!(
-        r.stderr.contains("Warning: node good: exporter forbidden (listing exporter pods in namespace gpu-telemetry (app.kubernetes.io/name=gpu-exporter): Error from server (Forbidden): pods is forbidden: User \"carol\" cannot list resource \"pods\""),
-        "{}",
-        r.stderr
-    );
-}

@@ -2,8 +2,8 @@
 //! built 3.x (`test_support::prometheus`), each giving the same report: its TSDB is
 //! backfilled (by the same flavour's `promtool tsdb create-blocks-from openmetrics`)
 //! with seven days of synthetic per-pod history for the seed's kinds of workload, and the
-//! plugin reaches it through the in-test API server's services proxy, as the viewer (the
-//! shipped RBAC only).
+//! plugin reaches it through the in-test API server's services proxy (the shipped viewer
+//! roles' `services/proxy` is checked on a real API server, `real-cluster/tests/kubectl_gpu.rs`).
 //!
 //! | workload | node, device | history | expected |
 //! |---|---|---|---|
@@ -28,10 +28,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::{Pod, PodResourceClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::Value;
-use test_support::apiserver::{self, Access, ApiServer, Backend, Grants};
+use test_support::apiserver::{self, ApiServer, Backend};
 use test_support::cluster;
 use test_support::prometheus::{Flavour, Launch, Prometheus, Promtool};
-use test_support::simulated::workspace;
 
 const GIB: f64 = 1_073_741_824.0;
 const DAY: i64 = 86_400;
@@ -340,13 +339,7 @@ fn setup(flavour: Flavour) -> &'static Setup {
         let (prometheus, history) = start_prometheus(flavour, end);
         let api = ApiServer::new();
         objects(&api);
-        let rbac = std::fs::read_to_string(workspace().join("deploy/base/kubectl-gpu/rbac.yaml")).unwrap();
-        let docs = test_support::deploy::parse_docs(&rbac);
-        api.user(
-            "viewer-token",
-            "alice",
-            Access::Rbac(Grants::from_manifests(&docs, "alice", &["gpu-telemetry-viewers"])),
-        );
+        api.user("viewer-token", "alice");
         api.service_proxy("gpu-telemetry", "prometheus", Backend::Http(prometheus.addr()));
         let addr = api.start();
         let dir = tempfile::tempdir().unwrap();

@@ -2,9 +2,9 @@
 //! start at the same moment agree on one CA, the APIServices' `caBundle` verifies what
 //! every replica serves, rotation (serving certificate and CA) never breaks a client that
 //! trusts the published bundle, and API failures (500, 409, a missing APIService, a
-//! corrupted Secret) keep the last good certificate and recover. The in-test API server
-//! grants only what `deploy/base` grants the adapter, so the shipped RBAC is checked
-//! against the requests the adapter really makes.
+//! corrupted Secret) keep the last good certificate and recover. That `deploy/base`'s
+//! roles let the adapter write its Secret and the APIServices' `caBundle` is checked on
+//! a real API server (`real-cluster/tests/aggregator.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -18,8 +18,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use support::{Behavior, Exporter, Pki, fixture};
+use test_support::apiserver::ApiServer;
 use test_support::apiserver::store::{apiservice_path, secret_path};
-use test_support::apiserver::{ApiServer, Grants};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NS: &str = "gpu-telemetry";
@@ -58,37 +58,6 @@ impl Cluster {
         // One as the previous manifests installed it (insecureSkipTLSVerify), one without.
         self.fake.objects().put(&apiservice_path(APISERVICES[0]), apiservice(APISERVICES[0], true));
         self.fake.objects().put(&apiservice_path(APISERVICES[1]), apiservice(APISERVICES[1], false));
-        self
-    }
-
-    /// Serves only what the shipped RBAC (deploy/base) grants the adapter's ServiceAccount.
-    fn with_shipped_rbac(self) -> Self {
-        let docs = support::kustomize::render(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base"));
-        let bound_to_adapter =
-            |b: &Value| {
-                b["subjects"].as_array().into_iter().flatten().any(|s| {
-                    s["kind"] == "ServiceAccount" && s["name"] == "gpu-metrics-adapter" && s["namespace"] == NS
-                })
-            };
-        let mut roles = Vec::new();
-        for binding in docs.iter().filter(|d| d["kind"] == "RoleBinding" || d["kind"] == "ClusterRoleBinding") {
-            if !bound_to_adapter(binding) {
-                continue;
-            }
-            let (kind, name) = (&binding["roleRef"]["kind"], &binding["roleRef"]["name"]);
-            let binding_ns = binding["metadata"]["namespace"].as_str().map(str::to_owned);
-            let role = docs.iter().find(|d| {
-                d["kind"] == *kind
-                    && d["metadata"]["name"] == *name
-                    && (kind == "ClusterRole" || d["metadata"]["namespace"].as_str() == binding_ns.as_deref())
-            });
-            // Roles of Kubernetes itself (system:auth-delegator, ...) are not in deploy/.
-            if let Some(role) = role {
-                roles.push((binding_ns.clone(), role["rules"].clone()));
-            }
-        }
-        assert!(!roles.is_empty(), "no roles bound to the adapter in deploy/base");
-        self.fake.objects().enforce_rbac(Grants::from_rules(&roles));
         self
     }
 
@@ -213,7 +182,7 @@ async fn probe_readyz(addr: SocketAddr) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_starting_together_agree_on_one_ca_and_the_aggregator_verifies_both() {
-    let c = Cluster::new().await.with_apiservices().with_shipped_rbac();
+    let c = Cluster::new().await.with_apiservices();
     // Both replicas' first reads of the Secret are held until both have asked: both see
     // no Secret and both try to create it.
     c.fake.objects().hold_reads(&secret_path(NS, SECRET), 2);
@@ -323,7 +292,7 @@ async fn api_failures_keep_the_adapter_up_and_it_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_conflicting_write_is_read_again_and_a_corrupted_secret_is_replaced() {
-    let c = Cluster::new().await.with_apiservices().with_shipped_rbac();
+    let c = Cluster::new().await.with_apiservices();
     // A Secret someone broke: the serving key is gone.
     c.fake.objects().put(
         &secret_path(NS, SECRET),

@@ -94,8 +94,13 @@ impl JoinedFleet {
         let mut command = Command::new(bin.join("fake-kubelet"));
         command.arg("join").arg("--dir").arg(&dir).arg("--load").arg(&load);
         // Pod networks of this process's own (the exporters listen on their pod IPs, and
-        // tests run side by side): 10.<100 + pid % 150>.<node>.0/24.
+        // tests run side by side, in several processes and several threads of one):
+        // 10.<100 + pid % 150>.<16 × fleet + node>.0/24, for 16 fleets of up to 15 nodes
+        // a process.
+        static FLEETS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let second = 100 + std::process::id() % 150;
+        let fleet = FLEETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 16;
+        assert!(nodes.len() < 16, "at most 15 nodes a fleet");
         for (i, node) in nodes.iter().enumerate() {
             let scenario = dir.join(format!("{}.base.yaml", node.name));
             std::fs::write(&scenario, &node.scenario).unwrap();
@@ -106,7 +111,7 @@ impl JoinedFleet {
                 scenario.display(),
                 kubeconfig.display(),
                 node.replicas,
-                i + 1
+                16 * fleet as usize + i + 1
             ));
         }
         let (kubelet, _) =
@@ -129,11 +134,29 @@ impl JoinedFleet {
         self.dir.join(node)
     }
 
+    /// Replaces `node`'s own scenario (the file it joined with); the simulated kubelet
+    /// follows it (fake-kubelet's `join::base`), so a fault added here, such as
+    /// `faults: [{at_s: 0, xid: 79}]` on a GPU, reaches the node's exporter within about
+    /// a second. The GPUs must stay the same.
+    pub fn set_scenario(&self, node: &str, yaml: &str) {
+        let path = self.dir.join(format!("{node}.base.yaml"));
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+
     /// Replaces the load file (see fake-kubelet's `join::load`).
     pub fn set_load(&self, yaml: &str) {
         let tmp = self.load.with_extension("tmp");
         std::fs::write(&tmp, yaml).unwrap();
         std::fs::rename(&tmp, &self.load).unwrap();
+    }
+
+    /// The last `lines` of node `node`'s exporter log, for a failing test's message.
+    pub fn exporter_log(&self, node: &str, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.node_dir(node).join("exporter.log")).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 
     /// The simulated kubelet's log so far.
@@ -146,7 +169,8 @@ impl JoinedFleet {
     /// token of the `gpu-exporter` ServiceAccount bound to that pod); waits until each
     /// has collected with the kubelet's pods and the endpoint slice controller lists it
     /// in the `gpu-exporter` Service. `args` are added to each (`--collect-interval`
-    /// among them replaces the tests' 1s).
+    /// among them replaces the tests' 1s, `--health.dry-run=false` the report-only
+    /// default). Dropping [`JoinedFleet::exporters`] stops them, for a restart.
     pub fn start_exporters(&mut self, cp: &ControlPlane, args: &[&str]) {
         let bin = binaries();
         for node in self.nodes.clone() {
@@ -172,7 +196,9 @@ impl JoinedFleet {
                         .into_iter()
                         .flatten(),
                 )
-                .args(["--health.dry-run=true", "--health.namespace", NAMESPACE])
+                // Report-only unless the test asks for more (a flag given twice is refused).
+                .args((!args.iter().any(|a| a.starts_with("--health.dry-run"))).then_some("--health.dry-run=true"))
+                .args(["--health.namespace", NAMESPACE])
                 .arg("--kubelet.pod-resources-socket")
                 .arg(dir.join("kubelet.sock"))
                 .arg("--path.procfs")
@@ -188,8 +214,16 @@ impl JoinedFleet {
             let (process, addr) = spawn_logged(command, &dir.join("exporter.log"), |line| {
                 Some(line.split("\"address\":\"").nth(1)?.split('"').next()?.to_string())
             });
-            let addr: SocketAddr =
-                addr.unwrap_or_else(|| panic!("the exporter of {node} did not start")).parse().unwrap();
+            let log = dir.join("exporter.log");
+            let addr: SocketAddr = addr
+                .unwrap_or_else(|| {
+                    panic!(
+                        "the exporter of {node} did not start: {}",
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    )
+                })
+                .parse()
+                .unwrap();
             wait_until(&format!("the exporter of {node} collecting"), Duration::from_secs(60), || {
                 http_get(addr, "/metrics")
                     .is_some_and(|(s, m)| s == 200 && value(&m, "gpu_exporter_pod_resources_up") == Some(1.0))

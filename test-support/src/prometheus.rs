@@ -163,6 +163,7 @@ pub struct Launch {
     rule_files: Vec<PathBuf>,
     tsdb: Option<PathBuf>,
     port: Option<u16>,
+    host: Option<std::net::Ipv4Addr>,
     args: Vec<String>,
 }
 
@@ -178,6 +179,7 @@ impl Launch {
             rule_files: Vec::new(),
             tsdb: None,
             port: None,
+            host: None,
             args: Vec::new(),
         }
     }
@@ -241,6 +243,15 @@ impl Launch {
         self
     }
 
+    /// The address to listen on instead of 127.0.0.1: a pod IP (a
+    /// [`crate::netns::HostAddress`]) for a Prometheus that a real API server's services
+    /// proxy reaches through its Service.
+    #[must_use]
+    pub fn host(mut self, host: std::net::Ipv4Addr) -> Self {
+        self.host = Some(host);
+        self
+    }
+
     /// One more command-line flag.
     #[must_use]
     pub fn arg(mut self, arg: &str) -> Self {
@@ -273,7 +284,8 @@ impl Launch {
         let config = dir.path().join("prometheus.yml");
         std::fs::write(&config, self.config_text()).unwrap();
         let tsdb = self.tsdb.clone().unwrap_or_else(|| dir.path().join("data"));
-        let addr: SocketAddr = format!("127.0.0.1:{}", self.port.unwrap_or_else(crate::free_port)).parse().unwrap();
+        let host = self.host.unwrap_or(std::net::Ipv4Addr::LOCALHOST);
+        let addr = SocketAddr::from((host, self.port.unwrap_or_else(crate::free_port)));
         let log = dir.path().join("prometheus.log");
         let log_file = std::fs::File::create(&log).unwrap();
         let program = self.flavour.prometheus();

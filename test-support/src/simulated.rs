@@ -32,6 +32,7 @@ pub fn binaries() -> PathBuf {
                 .arg("build")
                 .args(release.then_some("--release"))
                 .args(["-p", "fake-nvml", "-p", "fake-kubelet", "-p", "gpu-exporter", "-p", "gpu-metrics-adapter"])
+                .args(["-p", "kubectl-gpu"])
                 .current_dir(workspace())
                 .output()
                 .expect("cargo runs");

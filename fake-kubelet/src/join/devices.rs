@@ -28,6 +28,10 @@ pub struct Device {
     pub mig: Option<u32>,
     /// The time-slicing replica.
     pub replica: Option<u32>,
+    /// The ResourceClaim it is held through, for a device of the node's DRA driver
+    /// (`resource` is then the driver and `id` the device's name in its pool); `None`
+    /// for the device plugin's.
+    pub claim: Option<String>,
 }
 
 /// Every device of a node, in index order.
@@ -60,6 +64,7 @@ impl DeviceTable {
                     gpu: gpu.index,
                     mig: Some(i.index),
                     replica: None,
+                    claim: None,
                 })),
                 None if replicas <= 1 => devices.push(Device {
                     resource: "nvidia.com/gpu".into(),
@@ -67,6 +72,7 @@ impl DeviceTable {
                     gpu: gpu.index,
                     mig: None,
                     replica: None,
+                    claim: None,
                 }),
                 None => devices.extend((0..replicas).map(|r| Device {
                     resource: "nvidia.com/gpu".into(),
@@ -74,6 +80,7 @@ impl DeviceTable {
                     gpu: gpu.index,
                     mig: None,
                     replica: Some(r),
+                    claim: None,
                 })),
             }
         }

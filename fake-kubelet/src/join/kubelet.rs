@@ -8,6 +8,11 @@
 //! devices back and its deletion is confirmed (grace period 0, the pod's UID as
 //! precondition), which is the kubelet's part of every pod deletion. A failed write
 //! is retried with the next event or relist; nothing is lost by waiting.
+//!
+//! A pod's ResourceClaims (by `resourceClaimName`; no claim controller runs to make them
+//! from templates) are read for the devices the scheduler allocated from the node's DRA
+//! driver and pool ([`claimed_devices`]); a claim not yet allocated leaves the pod
+//! pending until the next event.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,6 +21,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Pod, PodStatus};
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher;
@@ -164,7 +170,7 @@ async fn handle(client: &kube::Client, fleet: &Arc<Mutex<Fleet>>, index: usize, 
         return Ok(());
     }
     let status = {
-        let mut f = fleet.lock().await;
+        let f = fleet.lock().await;
         if let Some(running) = f.nodes[index].pods.get(&uid) {
             // Already placed: write the status again only if the server lost it.
             if phase == "Running" {
@@ -172,7 +178,19 @@ async fn handle(client: &kube::Client, fleet: &Arc<Mutex<Fleet>>, index: usize, 
             }
             running_status(&f, index, pod, running)
         } else {
-            match super::place(&mut f, index, pod) {
+            drop(f);
+            let claimed = match claimed_devices(client, fleet, index, pod).await {
+                Ok(c) => c,
+                Err(why) => {
+                    tracing::info!(node = %node.name, pod = %pod_name, "waiting: {why}");
+                    return Ok(());
+                }
+            };
+            let mut f = fleet.lock().await;
+            if f.nodes[index].pods.contains_key(&uid) {
+                return Ok(());
+            }
+            match super::place(&mut f, index, pod, &claimed) {
                 Ok(running) => {
                     let status = running_status(&f, index, pod, &running);
                     f.nodes[index].pods.insert(uid.clone(), running);
@@ -192,6 +210,58 @@ async fn handle(client: &kube::Client, fleet: &Arc<Mutex<Fleet>>, index: usize, 
         .map_err(kube_error(&node.name, &format!("writing the status of {namespace}/{pod_name}")))?;
     tracing::info!(node = %node.name, pod = %format!("{namespace}/{pod_name}"), "running");
     Ok(())
+}
+
+/// The devices of the node's DRA driver that `pod`'s claims hold, by container:
+/// (claim, device name in the pool). `Err` says which claim is missing or unallocated.
+async fn claimed_devices(
+    client: &kube::Client,
+    fleet: &Arc<Mutex<Fleet>>,
+    index: usize,
+    pod: &Pod,
+) -> std::result::Result<super::Claimed, String> {
+    let Some(spec) = &pod.spec else { return Ok(super::Claimed::new()) };
+    let Some(claims) = spec.resource_claims.as_ref().filter(|c| !c.is_empty()) else {
+        return Ok(super::Claimed::new());
+    };
+    let Some(dra) = fleet.lock().await.nodes[index].base.dra.clone() else {
+        return Err("the pod has ResourceClaims and the node no DRA driver".into());
+    };
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &namespace);
+    // The pod's name for a claim → the claim's devices from this node's pool.
+    let mut by_pod_name: std::collections::BTreeMap<String, (String, Vec<String>)> = Default::default();
+    for c in claims {
+        let Some(name) = &c.resource_claim_name else {
+            return Err(format!("claim {:?} comes from a template, which needs the claim controller", c.name));
+        };
+        let claim = api.get(name).await.map_err(|e| format!("reading ResourceClaim {namespace}/{name}: {e}"))?;
+        let results = claim
+            .status
+            .and_then(|s| s.allocation)
+            .and_then(|a| a.devices)
+            .and_then(|d| d.results)
+            .ok_or_else(|| format!("ResourceClaim {namespace}/{name} is not allocated yet"))?;
+        let devices =
+            results.into_iter().filter(|r| r.driver == dra.driver && r.pool == dra.pool).map(|r| r.device).collect();
+        by_pod_name.insert(c.name.clone(), (name.clone(), devices));
+    }
+    Ok(spec
+        .containers
+        .iter()
+        .map(|c| {
+            let held = c
+                .resources
+                .as_ref()
+                .and_then(|r| r.claims.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|r| by_pod_name.get(&r.name))
+                .flat_map(|(claim, devices)| devices.iter().map(move |d| (claim.clone(), d.clone())))
+                .collect();
+            (c.name.clone(), held)
+        })
+        .collect())
 }
 
 fn running_status(f: &Fleet, index: usize, pod: &Pod, running: &super::Running) -> PodStatus {

@@ -138,6 +138,7 @@ fn pod_value(pod: &PlacedPod) -> Value {
             let devices = c
                 .devices
                 .iter()
+                .filter(|d| d.claim.is_none())
                 .map(|d| {
                     let mut m = Mapping::new();
                     m.insert(key("resource"), Value::String(d.resource.clone()));
@@ -149,6 +150,21 @@ fn pod_value(pod: &PlacedPod) -> Value {
                         m.insert(key("replica"), Value::from(replica));
                     }
                     Value::Mapping(m)
+                })
+                .collect();
+            // Devices held through claims, as the scenario names them: the claim, the GPU
+            // and the MIG instance.
+            let claims = c
+                .devices
+                .iter()
+                .filter_map(|d| {
+                    let mut m = Mapping::new();
+                    m.insert(key("name"), Value::String(d.claim.clone()?));
+                    m.insert(key("gpu"), Value::from(d.gpu));
+                    if let Some(mig) = d.mig {
+                        m.insert(key("mig"), Value::from(mig));
+                    }
+                    Some(Value::Mapping(m))
                 })
                 .collect();
             let share = c.devices.len().max(1) as f64;
@@ -172,6 +188,7 @@ fn pod_value(pod: &PlacedPod) -> Value {
                 ("name", Value::String(c.name.clone())),
                 ("id", Value::String(c.id.clone())),
                 ("devices", Value::Sequence(devices)),
+                ("claims", Value::Sequence(claims)),
                 ("processes", Value::Sequence(processes)),
             ])
         })
@@ -241,6 +258,28 @@ mod tests {
         let live = Scenario::parse("live.yaml", &text).unwrap();
         assert!(live.pods.is_empty());
         assert_eq!(live.gpus[0].values.utilization.as_ref().unwrap().at(0.0), 0.0);
+    }
+
+    #[test]
+    fn a_device_held_through_a_claim_is_written_as_the_claim_with_its_process() {
+        let base_text = "gpus:\n  - model: H100-SXM5-80GB\n  - model: H100-SXM5-80GB\ndra: {driver: gpu.nvidia.com, pool: \
+                         n1, gpus: [1]}\n";
+        let base = Scenario::parse("node.yaml", base_text).unwrap();
+        let claimed = Device {
+            resource: "gpu.nvidia.com".into(),
+            id: "gpu-1".into(),
+            gpu: 1,
+            mig: None,
+            replica: None,
+            claim: Some("train-gpu".into()),
+        };
+        let text = render("node.yaml", base_text, &base, &[placed("t", claimed, 50001, 40.0)]).unwrap();
+        let live = Scenario::parse("live.yaml", &text).unwrap();
+        let c = &live.pods[0].containers[0];
+        assert!(c.devices.is_empty(), "not the device plugin's: {text}");
+        assert_eq!((c.claims[0].claim.as_str(), c.claims[0].device.as_str()), ("train-gpu", "gpu-1"));
+        assert_eq!(live.processes.len(), 1);
+        assert_eq!(live.gpus[1].values.utilization.as_ref().unwrap().at(0.0), 40.0);
     }
 
     #[test]

@@ -7,15 +7,20 @@
 //! heartbeats, and runs the pods the scheduler binds to it as a kubelet with the NVIDIA
 //! device plugin would: devices allocated ([`devices`]), processes started on them,
 //! the pod marked Running and Ready with an IP from the node's pod range ([`pods`]),
-//! and a deleted pod's devices freed and its deletion confirmed.
+//! and a deleted pod's devices freed and its deletion confirmed. A pod's ResourceClaims,
+//! once the scheduler has allocated them from the node's DRA pool (a ResourceSlice the
+//! test or the demo publishes, as the driver would), are its devices too, reported in
+//! pod-resources' `dynamic_resources`; the node publishes no slice itself.
 //!
 //! What the exporter of the node reads follows the pods: the node's scenario file
 //! rewritten with them ([`live`]; fake-nvml follows it with `FAKE_NVML_LIVE=1`), the
 //! pod-resources socket, `/proc/<pid>/cgroup` and `/var/log/pods`, all under
 //! `<dir>/<node>/`. The processes' SM utilization comes from a load file spread over the
 //! workloads' Ready pods ([`load`]), so the HPA's replicas share a demand as behind a
-//! Service.
+//! Service. A node's own scenario is read again when it changes ([`base`]), so that a
+//! test can inject a fault (an XID, a lost GPU) into a running node.
 
+mod base;
 pub mod devices;
 mod kubelet;
 pub mod live;
@@ -166,7 +171,37 @@ struct SimNode {
 
 impl SimNode {
     fn taken(&self) -> BTreeSet<String> {
-        self.pods.values().flat_map(|r| &r.placed.containers).flat_map(|c| &c.devices).map(|d| d.id.clone()).collect()
+        self.pods
+            .values()
+            .flat_map(|r| &r.placed.containers)
+            .flat_map(|c| &c.devices)
+            .filter(|d| d.claim.is_none())
+            .map(|d| d.id.clone())
+            .collect()
+    }
+
+    /// Device `device` of the node's DRA pool, held through `claim`.
+    fn claimed(&self, claim: &str, device: &str) -> std::result::Result<devices::Device, String> {
+        let dra = self.base.dra.as_ref().ok_or("the node has no DRA driver")?;
+        for gpu in self.base.gpus.iter().filter(|g| dra.publishes(g.index)) {
+            let instances: Vec<Option<&fake_nvml::scenario::mig::MigInstance>> = match &gpu.mig {
+                Some(instances) => instances.iter().map(Some).collect(),
+                None => vec![None],
+            };
+            for instance in instances {
+                if fake_nvml::scenario::dra::device_name(gpu, instance) == device {
+                    return Ok(devices::Device {
+                        resource: dra.driver.clone(),
+                        id: device.to_string(),
+                        gpu: gpu.index,
+                        mig: instance.map(|i| i.index),
+                        replica: None,
+                        claim: Some(claim.to_string()),
+                    });
+                }
+            }
+        }
+        Err(format!("claim {claim} holds {device}, which the node's DRA driver does not publish"))
     }
 
     fn free_ip(&self) -> Option<u8> {
@@ -208,6 +243,7 @@ pub async fn run(config: JoinConfig) -> Result<()> {
     if let Some(path) = config.load.clone() {
         tasks.spawn(follow_load(Arc::clone(&fleet), path));
     }
+    tasks.spawn(follow_bases(Arc::clone(&fleet)));
     tracing::info!(nodes = config.nodes.len(), "joined");
     // The tasks run until one fails for good (they retry what can be retried).
     match tasks.join_next().await {
@@ -363,12 +399,50 @@ async fn follow_load(fleet: Arc<Mutex<Fleet>>, path: PathBuf) -> Result<()> {
     }
 }
 
-/// Places `pod` on node `index`: its devices, processes and IP. `Err` names what the
-/// node lacks.
+/// Reads each node's own scenario again when it changes ([`base`]) and rewrites the
+/// node with it; a refused change is reported once and the node keeps its file.
+async fn follow_bases(fleet: Arc<Mutex<Fleet>>) -> Result<()> {
+    let mut refused: BTreeMap<usize, String> = BTreeMap::new();
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut f = fleet.lock().await;
+        let mut changed = false;
+        for (i, node) in f.nodes.iter_mut().enumerate() {
+            let Ok(text) = std::fs::read_to_string(&node.base_file) else { continue };
+            if text == node.base_text || refused.get(&i) == Some(&text) {
+                continue;
+            }
+            match base::rebase(&node.base_file, &text, node.settings.replicas, &node.table) {
+                Ok(scenario) => {
+                    node.base = scenario;
+                    node.base_text = text;
+                    refused.remove(&i);
+                    changed = true;
+                    tracing::info!(node = %node.settings.name, file = %node.base_file, "scenario changed");
+                }
+                Err(e) => {
+                    tracing::warn!(node = %node.settings.name, "{e}; keeping the node's scenario as it was");
+                    refused.insert(i, text);
+                }
+            }
+        }
+        if changed {
+            rewrite(&mut f)?;
+        }
+    }
+}
+
+/// Devices held through ResourceClaims, by container: (claim, device name in the node's
+/// DRA pool).
+type Claimed = BTreeMap<String, Vec<(String, String)>>;
+
+/// Places `pod` on node `index`: its devices (the device plugin's, and those of
+/// `claimed`), processes and IP. `Err` names what the node lacks.
 fn place(
     fleet: &mut Fleet,
     index: usize,
     pod: &k8s_openapi::api::core::v1::Pod,
+    claimed: &Claimed,
 ) -> std::result::Result<Running, String> {
     let node = &mut fleet.nodes[index];
     let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -380,6 +454,9 @@ fn place(
             let got = node.table.allocate(&resource, count, &taken).map_err(|e| e.to_string())?;
             taken.extend(got.iter().map(|d| d.id.clone()));
             devices.extend(got);
+        }
+        for (claim, device) in claimed.get(&name).into_iter().flatten() {
+            devices.push(node.claimed(claim, device)?);
         }
         let pids: Vec<u32> = devices
             .iter()

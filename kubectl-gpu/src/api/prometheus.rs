@@ -118,20 +118,41 @@ impl Prometheus {
             });
         }
         if !status.is_success() {
-            // Prometheus words its refusals; the API server (a 403, a 503) its own.
-            let message = match history::parse_answer(&bytes) {
-                Err(e @ history::HistoryError::Query { .. }) => e.to_string(),
-                _ => super::describe(&body::api_error(status.as_u16(), &bytes)),
-            };
-            return Err(PrometheusError::Request { at: at(), message });
+            return Err(PrometheusError::Request { at: at(), message: refusal(status.as_u16(), &bytes) });
         }
         history::parse_answer(&bytes).map_err(|e| PrometheusError::Request { at: at(), message: e.to_string() })
+    }
+}
+
+/// What an error answer says: Prometheus words its refusals (`errorType`, `error`); the
+/// API server (a 403 of the services proxy, a 503 with no endpoint) its own, in a
+/// `Status`, which also carries `"status": "Failure"` and so must not be read as
+/// Prometheus' answer, whose words it lacks.
+fn refusal(code: u16, bytes: &[u8]) -> String {
+    let is_status = serde_json::from_slice::<serde_json::Value>(bytes).is_ok_and(|v| v["kind"] == "Status");
+    match history::parse_answer(bytes) {
+        Err(e @ history::HistoryError::Query { .. }) if !is_status => e.to_string(),
+        _ => super::describe(&body::api_error(code, bytes)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_is_worded_by_whoever_refused() {
+        // As kube-apiserver refuses a user without services/proxy.
+        let forbidden = br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"services \"prometheus:9090\" is forbidden: User \"carol\" cannot get resource \"services/proxy\" in API group \"\" in the namespace \"gpu-telemetry\"","reason":"Forbidden","details":{"name":"prometheus:9090","kind":"services"},"code":403}"#;
+        assert_eq!(
+            refusal(403, forbidden),
+            "Error from server (Forbidden): services \"prometheus:9090\" is forbidden: User \"carol\" cannot get \
+             resource \"services/proxy\" in API group \"\" in the namespace \"gpu-telemetry\""
+        );
+        let prometheus = br#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#;
+        assert_eq!(refusal(400, prometheus), "Prometheus refused the query (bad_data): parse error at char 3");
+        assert_eq!(refusal(502, b"bad gateway"), "Error from server (502): bad gateway");
+    }
 
     #[test]
     fn a_service_is_namespace_name_and_port() {

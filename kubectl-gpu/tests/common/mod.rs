@@ -10,11 +10,11 @@
 //! | `l40s-node-1` | — (4× L40S by its labels) | down: the proxy answers 503 | unhealthy (Temperature), breaker open, cordoned by `kubectl-cordon` |
 //! | `cpu-node-1` | no GPUs | none | not shown |
 //!
-//! Users (tokens): `admin` may do anything; `viewer` is in `gpu-telemetry-viewers` and
-//! has exactly what `deploy/base/kubectl-gpu/rbac.yaml` grants (so every test run as the
-//! viewer proves the shipped roles suffice); `no-proxy` may read nodes and pods but not
-//! `pods/proxy`. The kubeconfig's contexts are named after them, the viewer's current,
-//! with namespace `ai-inference`.
+//! Users (tokens): `admin` and `viewer`, both allowed everything by the in-test server,
+//! which evaluates no RBAC: that the viewer roles of `deploy/base/kubectl-gpu` suffice,
+//! and what a user without them is told, is checked on a real API server
+//! (`real-cluster/tests/kubectl_gpu.rs`). The kubeconfig's contexts are named after
+//! them, the viewer's current, with namespace `ai-inference`.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -27,7 +27,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use test_support::apiserver::{self, Access, ApiServer, Backend, Grants};
+use test_support::apiserver::{self, ApiServer, Backend};
 use test_support::cluster::{self, EXPORTER_NAMESPACE};
 use test_support::simulated::{Clock, MetricsAdapter, SimulatedNode, wait_until, workspace};
 
@@ -90,18 +90,7 @@ fn nodes_and_pods(api: &ApiServer) {
 }
 
 fn users(api: &ApiServer) {
-    let rbac = std::fs::read_to_string(workspace().join("deploy/base/kubectl-gpu/rbac.yaml")).unwrap();
-    let docs = test_support::deploy::parse_docs(&rbac);
-    api.user("viewer-token", "alice", Access::Rbac(Grants::from_manifests(&docs, "alice", &["gpu-telemetry-viewers"])));
-    let no_proxy = serde_json::json!([
-        {"kind": "ClusterRole", "apiVersion": "rbac.authorization.k8s.io/v1", "metadata": {"name": "nodes-and-pods"},
-         "rules": [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list"]}]},
-        {"kind": "ClusterRoleBinding", "apiVersion": "rbac.authorization.k8s.io/v1", "metadata": {"name": "nodes-and-pods"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "nodes-and-pods"},
-         "subjects": [{"kind": "User", "name": "bob"}]}
-    ]);
-    let docs: Vec<serde_json::Value> = no_proxy.as_array().unwrap().clone();
-    api.user("no-proxy-token", "bob", Access::Rbac(Grants::from_manifests(&docs, "bob", &[])));
+    api.user("viewer-token", "alice");
 }
 
 /// The cluster, started once per test binary.
@@ -130,11 +119,7 @@ pub fn cluster() -> &'static Cluster {
         let kubeconfig = apiserver::kubeconfig(
             dir.path(),
             addr,
-            &[
-                ("viewer", "viewer-token", "ai-inference"),
-                ("admin", apiserver::ADMIN_TOKEN, "default"),
-                ("no-proxy", "no-proxy-token", "ai-inference"),
-            ],
+            &[("viewer", "viewer-token", "ai-inference"), ("admin", apiserver::ADMIN_TOKEN, "default")],
         );
         let cluster = Cluster { api, addr, kubeconfig, nodes: vec![seed, h100, v100], adapter, _dir: dir };
         // The adapter has scraped every exporter once it has figures for a pod of each.

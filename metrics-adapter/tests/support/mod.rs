@@ -24,7 +24,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::ServerName;
-use test_support::apiserver::{Access, ApiServer};
+use test_support::apiserver::ApiServer;
 use test_support::tls::ClientTls;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
@@ -38,7 +38,7 @@ pub const ADAPTER_TOKEN: &str = "adapter-service-account-token";
 pub fn apiserver() -> ApiServer {
     let server = ApiServer::new();
     let account = "system:serviceaccount:gpu-telemetry:gpu-metrics-adapter";
-    server.user(ADAPTER_TOKEN, account, Access::All);
+    server.user(ADAPTER_TOKEN, account);
     server.metadata_only();
     server
 }

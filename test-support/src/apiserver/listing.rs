@@ -1,7 +1,6 @@
-//! How the in-test API server answers a list or watch: the RBAC attributes of the
-//! request, whether it asked for metadata only, its label and field selectors (a 400
-//! for one that does not parse or names a field the resource does not index), and a
-//! page of the matching objects.
+//! How the in-test API server answers a list or watch: whether it asked for metadata
+//! only, its label and field selectors (a 400 for one that does not parse or names a
+//! field the resource does not index), and a page of the matching objects.
 
 use std::collections::BTreeMap;
 
@@ -12,34 +11,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use k8s_openapi::{List, ListableResource};
 use serde::Serialize;
 
-use super::rbac::Attributes;
+use super::ApiServer;
 use super::record::Listed;
 use super::reply::{json, status};
 use super::selectors::Selector;
 use super::watch::{self, Fields};
-use super::{Access, ApiServer, User};
 
 pub(super) type Params = Query<BTreeMap<String, String>>;
-
-/// The 403 answer, if `user` may not make the request.
-pub(super) fn refuse(user: &User, attrs: Attributes) -> Option<Response> {
-    match &user.access {
-        Access::All => None,
-        Access::Rbac(grants) if grants.allows(&attrs) => None,
-        Access::Rbac(_) => Some(status(StatusCode::FORBIDDEN, "Forbidden", attrs.forbidden_message(&user.name))),
-    }
-}
-
-pub(super) fn core(verb: &'static str, resource: &str, namespace: Option<&str>, name: Option<&str>) -> Attributes {
-    Attributes {
-        verb,
-        api_group: String::new(),
-        resource: resource.into(),
-        subresource: String::new(),
-        namespace: namespace.map(str::to_string),
-        name: name.map(str::to_string),
-    }
-}
 
 /// How a list or watch asks to be answered.
 #[derive(Clone, Copy)]

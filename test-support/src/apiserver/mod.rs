@@ -17,7 +17,7 @@
 //!   and watch, [`slices`]);
 //! - TokenReview and SubjectAccessReview for a delegating authenticator ([`reviews`]),
 //!   API discovery ([`discovery`]), Secrets and APIServices with write semantics,
-//!   injected answers and RBAC ([`store`]);
+//!   injected answers ([`store`]);
 //! - the pods `proxy` subresource (`/api/v1/namespaces/{ns}/pods/[https:]{pod}[:port]/proxy/...`)
 //!   forwarded to a [`Backend`]: a real exporter process on a simulated node, its captured
 //!   page, or a fault; answered 503 as kube-apiserver does when the pod cannot be reached;
@@ -26,9 +26,10 @@
 //!   none is;
 //! - aggregated APIs (`/apis/custom.metrics.k8s.io/...`) forwarded to a backend, e.g. the
 //!   real metrics adapter with a client certificate, as the aggregator forwards;
-//! - bearer-token users, each allowed everything or what RBAC manifests grant
-//!   ([`rbac::Grants`]), refused with the real 401/403 `Status` bodies; an
-//!   [`open`](ApiServer::open) server lets anonymous clients in too;
+//! - bearer-token users (an unknown token answers the real 401 `Status`), each allowed
+//!   everything: what RBAC allows and refuses is checked on a real API server
+//!   (`real-cluster`: `deploy/`'s roles for the exporter, the adapter and `kubectl gpu`'s
+//!   viewers); an [`open`](ApiServer::open) server lets anonymous clients in too;
 //! - scripted writes and injected failures ([`script`]): the writes that must come, in
 //!   order, and the answers a test chooses instead of the real ones;
 //! - every request recorded ([`Recorded`]: method, path, query, content type, body,
@@ -46,7 +47,6 @@ mod discovery;
 mod listing;
 pub mod node;
 pub mod patch;
-pub mod rbac;
 mod record;
 mod reply;
 mod reviews;
@@ -73,7 +73,6 @@ use serde_json::Value;
 pub use backend::Backend;
 pub use node::{NODE, node_pod, scenario_pod};
 pub use patch::apply_node_patch;
-pub use rbac::Grants;
 pub use record::Recorded;
 pub use running::{Down, Running, TEST_TOKEN};
 pub use script::{Expect, JSON, MERGE, STRATEGIC};
@@ -82,18 +81,11 @@ pub use store::Store;
 /// The token of the user allowed everything.
 pub const ADMIN_TOKEN: &str = "admin-token";
 
-/// What a user may do.
-#[derive(Debug, Clone)]
-pub enum Access {
-    All,
-    Rbac(Grants),
-}
-
-/// A user the server knows by token.
+/// A user the server knows by token; every user may do everything (what RBAC allows is
+/// the real server's to say).
 #[derive(Debug, Clone)]
 pub struct User {
     pub name: String,
-    pub access: Access,
 }
 
 /// A SubjectAccessReview policy: (user, spec) -> (allowed, reason).
@@ -161,7 +153,7 @@ impl ApiServer {
     /// A server with one user, `admin` ([`ADMIN_TOKEN`]), allowed everything.
     pub fn new() -> ApiServer {
         let server = ApiServer(Arc::default());
-        server.user(ADMIN_TOKEN, "admin", Access::All);
+        server.user(ADMIN_TOKEN, "admin");
         server
     }
 
@@ -175,8 +167,8 @@ impl ApiServer {
         s.resource_version.to_string()
     }
 
-    pub fn user(&self, token: &str, name: &str, access: Access) {
-        self.state().users.insert(token.into(), User { name: name.into(), access });
+    pub fn user(&self, token: &str, name: &str) {
+        self.state().users.insert(token.into(), User { name: name.into() });
     }
 
     /// Adds or replaces a node: a [`Node`], or JSON a test shaped as one.

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{Access, ApiServer, User};
+use super::{ApiServer, User};
 
 /// The token the kubeconfig of [`Running::kubeconfig`] carries.
 pub const TEST_TOKEN: &str = "test-token";
@@ -18,8 +18,8 @@ impl ApiServer {
     /// and `test` ([`TEST_TOKEN`], the kubeconfig a binary under test is given).
     pub fn open() -> ApiServer {
         let server = ApiServer::new();
-        server.user(TEST_TOKEN, "test", Access::All);
-        server.state().anonymous = Some(User { name: "system:anonymous".into(), access: Access::All });
+        server.user(TEST_TOKEN, "test");
+        server.state().anonymous = Some(User { name: "system:anonymous".into() });
         server
     }
 

@@ -3,8 +3,8 @@
 //! 409 AlreadyExists, PUT carrying a stale `metadata.resourceVersion` answers 409
 //! Conflict, every write bumps the version. Tests can inject answers (500, 409), hold
 //! the first reads of an object until several clients have asked (to start them at the
-//! same moment), and enforce RBAC rules (the rendered Roles of `deploy/`, evaluated as
-//! [`Grants`]): a request they do not allow answers 403.
+//! same moment). Whether the adapter's roles of `deploy/` allow its writes is checked
+//! on a real API server (`real-cluster/tests/aggregator.rs`).
 //!
 //! Kept as JSON values, not typed: the tests read back exactly what a client wrote
 //! (base64 `data`, `caBundle`) and send bodies the client's types would refuse.
@@ -20,8 +20,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
-
-use super::rbac::{Attributes, Grants};
 
 /// A request the store answered, with its status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +40,6 @@ pub struct Store {
     injected: Arc<Mutex<Injected>>,
     /// path → (reads still to hold, reads waiting)
     held: Arc<Mutex<BTreeMap<String, (usize, usize)>>>,
-    /// When set, only what these grants allow is served.
-    rbac: Arc<Mutex<Option<Grants>>>,
     released: Arc<Notify>,
     answered: Arc<Mutex<Vec<Answered>>>,
 }
@@ -64,25 +60,6 @@ fn status(code: u16, reason: &str, message: &str) -> Response {
 
 fn reason_of(code: u16) -> &'static str {
     super::reply::reason_of(StatusCode::from_u16(code).unwrap())
-}
-
-/// The RBAC attributes of `verb` on `path` (`/api/v1/namespaces/{ns}/secrets[/{name}]`
-/// or `/apis/apiregistration.k8s.io/v1/apiservices[/{name}]`).
-fn attributes(verb: &'static str, path: &str) -> Option<Attributes> {
-    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let (group, namespace, resource, name) = match parts.as_slice() {
-        ["api", "v1", "namespaces", ns, resource, rest @ ..] => ("", Some(*ns), *resource, rest.first()),
-        ["apis", group, _, resource, rest @ ..] => (*group, None, *resource, rest.first()),
-        _ => return None,
-    };
-    Some(Attributes {
-        verb,
-        api_group: group.into(),
-        resource: resource.into(),
-        subresource: String::new(),
-        namespace: namespace.map(str::to_string),
-        name: name.map(|n| n.to_string()),
-    })
 }
 
 impl Store {
@@ -106,19 +83,9 @@ impl Store {
         self.injected.lock().unwrap().entry((method.into(), path.into())).or_default().extend(codes);
     }
 
-    /// Drops the injected answers not given yet.
-    pub fn clear_injected(&self) {
-        self.injected.lock().unwrap().clear();
-    }
-
     /// The first `n` GETs of `path` wait until all `n` have arrived.
     pub fn hold_reads(&self, path: &str, n: usize) {
         self.held.lock().unwrap().insert(path.to_owned(), (n, 0));
-    }
-
-    /// From now on only what `grants` allow is served.
-    pub fn enforce_rbac(&self, grants: Grants) {
-        *self.rbac.lock().unwrap() = Some(grants);
     }
 
     /// Every answer so far.
@@ -175,19 +142,8 @@ impl Store {
         }
     }
 
-    fn forbidden(&self, method: &str, verb: &'static str, path: &str) -> Option<Response> {
-        let rbac = self.rbac.lock().unwrap().clone();
-        let allowed = rbac.is_none_or(|g| attributes(verb, path).is_some_and(|a| g.allows(&a)));
-        (!allowed).then(|| {
-            self.answer(method, path, status(403, "Forbidden", &format!("RBAC: {verb} {path} is not allowed")))
-        })
-    }
-
     async fn read(&self, path: String) -> Response {
         self.gate(&path).await;
-        if let Some(denied) = self.forbidden("GET", "get", &path) {
-            return denied;
-        }
         if let Some(code) = self.injected("GET", &path) {
             return self.answer("GET", &path, status(code, reason_of(code), "injected"));
         }
@@ -206,9 +162,6 @@ impl Store {
             return self.answer("POST", &collection, status(422, "Invalid", "metadata.name: Required value"));
         };
         let path = format!("{collection}/{name}");
-        if let Some(denied) = self.forbidden("POST", "create", &collection) {
-            return denied;
-        }
         if let Some(code) = self.injected("POST", &path) {
             return self.answer("POST", &path, status(code, reason_of(code), "injected"));
         }
@@ -227,9 +180,6 @@ impl Store {
     }
 
     async fn replace(&self, path: String, body: Bytes) -> Response {
-        if let Some(denied) = self.forbidden("PUT", "update", &path) {
-            return denied;
-        }
         if let Some(code) = self.injected("PUT", &path) {
             return self.answer("PUT", &path, status(code, reason_of(code), "injected"));
         }

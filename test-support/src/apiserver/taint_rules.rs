@@ -18,31 +18,19 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use super::listing::{Params, refuse};
+use super::listing::Params;
 use super::patch::merge;
-use super::rbac::Attributes;
 use super::record::Listed;
 use super::reply::{conflict, created, json, status};
 use super::script::MERGE;
 use super::selectors::Selector;
-use super::{ApiServer, User, slices};
+use super::{ApiServer, slices};
 
 const GROUP: &str = "resource.k8s.io";
 const RULES: &str = "devicetaintrules.resource.k8s.io";
 
 fn not_served() -> Response {
     status(StatusCode::NOT_FOUND, "NotFound", "the server could not find the requested resource")
-}
-
-fn attributes(verb: &'static str, name: Option<&str>) -> Attributes {
-    Attributes {
-        verb,
-        api_group: GROUP.into(),
-        resource: "devicetaintrules".into(),
-        subresource: String::new(),
-        namespace: None,
-        name: name.map(str::to_string),
-    }
 }
 
 fn in_version(rule: &Value, version: &str) -> Value {
@@ -84,7 +72,6 @@ pub(super) async fn version(State(s): State<ApiServer>, Path(version): Path<Stri
 /// `/apis/resource.k8s.io/{version}/{resource}`: ResourceSlices (v1) or the rules.
 pub(super) async fn collection(
     State(s): State<ApiServer>,
-    user: axum::Extension<User>,
     Path((version, resource)): Path<(String, String)>,
     headers: HeaderMap,
     q: Params,
@@ -92,22 +79,19 @@ pub(super) async fn collection(
     body: Bytes,
 ) -> Response {
     if version == "v1" && resource == "resourceslices" && method == axum::http::Method::GET {
-        return slices::list_or_watch(State(s), user, headers, q).await;
+        return slices::list_or_watch(State(s), headers, q).await;
     }
     if resource != "devicetaintrules" || !s.state().rule_versions.contains(&version) {
         return not_served();
     }
     match method.as_str() {
-        "GET" => list_rules(&s, &user.0, &version, &q.0),
-        "POST" => create_rule(&s, &user.0, &version, &body),
+        "GET" => list_rules(&s, &version, &q.0),
+        "POST" => create_rule(&s, &version, &body),
         _ => status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", "not on a collection"),
     }
 }
 
-fn list_rules(s: &ApiServer, user: &User, version: &str, q: &BTreeMap<String, String>) -> Response {
-    if let Some(r) = refuse(user, attributes("list", None)) {
-        return r;
-    }
+fn list_rules(s: &ApiServer, version: &str, q: &BTreeMap<String, String>) -> Response {
     let selector = match Selector::parse(q.get("labelSelector").map_or("", String::as_str)) {
         Ok(sel) => sel,
         Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
@@ -131,10 +115,7 @@ fn list_rules(s: &ApiServer, user: &User, version: &str, q: &BTreeMap<String, St
     answer
 }
 
-fn create_rule(s: &ApiServer, user: &User, version: &str, body: &[u8]) -> Response {
-    if let Some(r) = refuse(user, attributes("create", None)) {
-        return r;
-    }
+fn create_rule(s: &ApiServer, version: &str, body: &[u8]) -> Response {
     let Ok(mut rule) = serde_json::from_slice::<Value>(body) else {
         return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON");
     };
@@ -157,7 +138,6 @@ fn create_rule(s: &ApiServer, user: &User, version: &str, body: &[u8]) -> Respon
 /// `/apis/resource.k8s.io/{version}/devicetaintrules/{name}`: get, merge patch, delete.
 pub(super) async fn rule(
     State(s): State<ApiServer>,
-    axum::Extension(user): axum::Extension<User>,
     Path((version, resource, name)): Path<(String, String, String)>,
     headers: HeaderMap,
     method: axum::http::Method,
@@ -172,9 +152,6 @@ pub(super) async fn rule(
         "DELETE" => "delete",
         _ => return status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", "not on a rule"),
     };
-    if let Some(r) = refuse(&user, attributes(verb, Some(&name))) {
-        return r;
-    }
     let mut state = s.state();
     let Some(current) = state.device_taint_rules.get(&name).cloned() else {
         return status(StatusCode::NOT_FOUND, "NotFound", format!("{RULES} \"{name}\" not found"));
@@ -248,18 +225,13 @@ impl ApiServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::Access;
-
-    fn admin() -> axum::Extension<User> {
-        axum::Extension(User { name: "admin".into(), access: Access::All })
-    }
 
     async fn ask(s: &ApiServer, method: &str, name: &str, content_type: &str, body: Value) -> (u16, Value) {
         let mut headers = HeaderMap::new();
         headers.insert("content-type", content_type.parse().unwrap());
         let path = Path(("v1beta2".to_string(), "devicetaintrules".to_string(), name.to_string()));
         let method = method.parse().unwrap();
-        let answer = rule(State(s.clone()), admin(), path, headers, method, body.to_string().into()).await;
+        let answer = rule(State(s.clone()), path, headers, method, body.to_string().into()).await;
         let code = answer.status().as_u16();
         let bytes = axum::body::to_bytes(answer.into_body(), usize::MAX).await.unwrap();
         (code, serde_json::from_slice(&bytes).unwrap())
