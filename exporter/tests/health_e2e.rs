@@ -130,9 +130,10 @@ fn xid_79_cordons_and_taints_within_two_seconds_of_the_event() {
     assert_eq!(claim(&n).unwrap()["applied"], json!({"cordon": true, "taint": "Xid79"}));
     wait_for(Duration::from_secs(5), || condition(&api.node("test-node")).as_deref() == Some("False")).unwrap();
     wait_for(Duration::from_secs(5), || !api.events_with_reason("GPUQuarantined").is_empty()).unwrap();
-    let m = e.metrics();
+    // The loop counts what it did after its last write (the Event), so the page can lag
+    // the API server by a moment.
+    let m = e.wait_metrics("the quarantine counted", |m| sample(m, "gpu_health_node_quarantined", &[]) == Some(1.0));
     assert_eq!(sample(&m, "gpu_health_node_healthy", &[]), Some(0.0));
-    assert_eq!(sample(&m, "gpu_health_node_quarantined", &[]), Some(1.0));
     assert_eq!(sample(&m, "gpu_health_node_reason_info", &[("reason", "Xid79"), ("needs", "reset")]), Some(1.0));
     assert_eq!(sample(&m, "gpu_health_gpu_healthy", &[("gpu", "0")]), Some(0.0));
     assert_eq!(sample(&m, "gpu_health_gpu_healthy", &[("gpu", "1")]), Some(1.0));
