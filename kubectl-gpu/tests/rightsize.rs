@@ -21,7 +21,6 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -348,27 +347,11 @@ fn setup(flavour: Flavour) -> &'static Setup {
     })
 }
 
-struct Run {
-    stdout: String,
-    stderr: String,
-    code: i32,
-}
+type Run = test_support::Ran;
 
 /// The plugin, as the viewer, in front of a Prometheus of `flavour`.
 fn run(flavour: Flavour, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-gpu"))
-        .env_clear()
-        .env("KUBECONFIG", &setup(flavour).kubeconfig)
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", "/nonexistent")
-        .args(args)
-        .output()
-        .unwrap();
-    Run {
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-        code: out.status.code().unwrap_or(-1),
-    }
+    test_support::run_with_kubeconfig(Path::new(env!("CARGO_BIN_EXE_kubectl-gpu")), &setup(flavour).kubeconfig, args)
 }
 
 const SERVICE: &str = "gpu-telemetry/prometheus:9090";

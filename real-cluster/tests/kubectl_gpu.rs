@@ -20,7 +20,6 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
@@ -79,27 +78,11 @@ const LOAD: &str = "workloads:\n  - {namespace: ai-inference, selector: {app: ch
                     - {namespace: ml-training, selector: {app: scorer}, demand: 12, memory_used_mib: 12000}\n";
 
 /// What a run printed.
-struct Run {
-    stdout: String,
-    stderr: String,
-    code: i32,
-}
+type Run = test_support::Ran;
 
 /// `kubectl gpu <args>` with `kubeconfig` and a clean environment.
 fn gpu(kubeconfig: &Path, args: &[&str]) -> Run {
-    let out = Command::new(binaries().join("kubectl-gpu"))
-        .env_clear()
-        .env("KUBECONFIG", kubeconfig)
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", "/nonexistent")
-        .args(args)
-        .output()
-        .unwrap();
-    Run {
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-        code: out.status.code().unwrap_or(-1),
-    }
+    test_support::run_with_kubeconfig(&binaries().join("kubectl-gpu"), kubeconfig, args)
 }
 
 fn json(kubeconfig: &Path, args: &[&str]) -> Value {

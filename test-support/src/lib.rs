@@ -35,3 +35,30 @@ pub mod tls;
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
+
+/// What a program printed and how it exited (-1: killed by a signal).
+#[derive(Debug)]
+pub struct Ran {
+    pub stdout: String,
+    pub stderr: String,
+    pub code: i32,
+}
+
+/// Runs `program` with `args` as a user's kubectl plugin runs: `KUBECONFIG` set to
+/// `kubeconfig`, `PATH` kept, nothing else of this machine's environment, and a `HOME`
+/// that does not exist (so no `~/.kube/config` is read).
+pub fn run_with_kubeconfig(program: &std::path::Path, kubeconfig: &std::path::Path, args: &[&str]) -> Ran {
+    let out = std::process::Command::new(program)
+        .env_clear()
+        .env("KUBECONFIG", kubeconfig)
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", "/nonexistent")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    Ran {
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+        code: out.status.code().unwrap_or(-1),
+    }
+}
