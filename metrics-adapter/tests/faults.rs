@@ -80,14 +80,22 @@ async fn prometheus_down_slow_or_broken_is_a_bounded_error_never_zero() {
     }
 }
 
-/// Polls a pod's value until it disappears, failing if a zero is ever served.
+/// Polls a pod's value until it disappears (404, or 503 naming why), failing if a zero
+/// is ever served.
 async fn wait_until_missing(client: &support::TlsClient, addr: std::net::SocketAddr, pod: &str) {
     let one = format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml-training/pods/{pod}/gpu_utilization");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let a = get(client, addr, &one, &[]).await;
+        // Missing: not found, or, once no exporter has a fresh value at all, unavailable
+        // with the reason (the direct source's `query`).
         if a.status == 404 {
             assert_eq!(a.json()["reason"], "NotFound");
+            return;
+        }
+        if a.status == 503 {
+            assert_eq!(a.json()["reason"], "ServiceUnavailable");
+            assert!(a.body.contains("has answered within --max-age"), "{}", a.body);
             return;
         }
         assert_eq!(a.status, 200, "{}", a.body);
@@ -138,10 +146,12 @@ async fn failing_exporters_make_metrics_missing_not_zero() {
         .await;
         exporter.set(bad);
         wait_until_missing(&client, adapter.addr, "offline-training-x2k4p").await;
-        // The list answers, without the pod, rather than failing.
+        // The list, its only exporter failing, says why it has nothing (503 naming the
+        // exporter and its error) rather than answering an empty list or zeros.
         let a = get(&client, adapter.addr, list, &[]).await;
-        assert_eq!(a.status, 200, "{name}");
-        assert!(a.json()["items"].as_array().unwrap().is_empty(), "{name}: {}", a.body);
+        assert_eq!(a.status, 503, "{name}: {}", a.body);
+        assert!(a.body.contains("has answered within --max-age 1s"), "{name}: {}", a.body);
+        assert!(!a.body.contains("offline-training-x2k4p"), "{name}: {}", a.body);
         // And the pod comes back when the exporter recovers.
         exporter.set(Behavior::Serve(good.clone()));
         support::eventually("recovery", Duration::from_secs(5), async || {

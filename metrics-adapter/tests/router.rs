@@ -36,12 +36,17 @@ struct World {
 }
 
 fn report(name: &str) -> Report {
+    report_at(name, direct::now_ms())
+}
+
+/// The fixture page `name` as read at `at_ms`.
+fn report_at(name: &str, at_ms: i64) -> Report {
     let text = support::fixture(name);
     let samples = exposition_parser::parse(text.as_bytes(), Format::PrometheusText, &Limits::default(), |n| {
         FAMILIES.contains(&n)
     })
     .unwrap();
-    Report::from_samples(&samples, direct::now_ms())
+    Report::from_samples(&samples, at_ms)
 }
 
 fn world(with_labels: bool, ingest: bool) -> World {
@@ -263,6 +268,14 @@ async fn with_no_exporter_answering_a_read_says_why_instead_of_an_empty_list() {
         "{message}"
     );
     assert!(message.contains(&url), "{message}");
+    // Kept from a scrape of this cycle, but every value past --max-age by the time of
+    // the read (the exporters stopped between two cycles): the same answer, not a list
+    // that is empty without a word.
+    let w = world(false, false);
+    w.direct.ingest([("node-2".to_owned(), report_at("node-h100-timesliced.prom", direct::now_ms() - 61_000))]);
+    let (status, body, _) = call(&w, path, true).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("has answered within --max-age 60s"), "{body}");
     // Exporters answering but no value for these pods: an empty list, as before.
     let w = world(false, true);
     let (status, body, _) =

@@ -107,8 +107,6 @@ struct Kept {
 struct Reach {
     /// Exporters listed.
     targets: usize,
-    /// Exporters whose last report is within `max_age`.
-    fresh: usize,
     /// The newest scrape or discovery error, if any.
     last_error: Option<String>,
 }
@@ -211,10 +209,12 @@ impl DirectSource {
         if !points.is_empty() || !self.is_ready() {
             return Ok(points);
         }
-        let reach = self.reach.load();
-        if reach.fresh > 0 {
+        // Judged as the read judges values, at this instant: a value can pass --max-age
+        // between two refresh cycles.
+        if !self.snapshot.load().available(self.fresh_after()).is_empty() {
             return Ok(points);
         }
+        let reach = self.reach.load();
         let why = reach.last_error.as_deref().map(|e| format!("; last error: {e}")).unwrap_or_default();
         Err(super::Error::Unavailable(if reach.targets == 0 {
             format!("no GPU exporter to read: {} name none{why}", self.targets.describe())
@@ -303,7 +303,7 @@ impl DirectSource {
             kept.insert(url, Kept { report: Arc::new(report), fetched_at_ms: now_ms() });
         }
         self.snapshot.store(Arc::new(Snapshot::build(kept.values().map(|k| &*k.report))));
-        self.reach.store(Arc::new(Reach { targets: kept.len(), fresh: kept.len(), last_error: None }));
+        self.reach.store(Arc::new(Reach { targets: kept.len(), last_error: None }));
         self.ready.store(true, Ordering::Release);
     }
 
@@ -350,7 +350,7 @@ impl DirectSource {
             }
             let live: HashSet<&str> = targets.iter().map(|t| t.url.as_str()).collect();
             kept.retain(|url, k| live.contains(url.as_str()) && now - k.fetched_at_ms <= max_age_ms);
-            self.reach.store(Arc::new(Reach { targets: targets.len(), fresh: kept.len(), last_error }));
+            self.reach.store(Arc::new(Reach { targets: targets.len(), last_error }));
             Snapshot::build(kept.values().map(|k| &*k.report))
         };
         let pods = snapshot.pod_count();
