@@ -190,21 +190,7 @@ fn every_view_reads_the_real_api_server_with_the_viewer_roles_only() {
         .host(ip)
         .port(9090)
         .start();
-    cp.wait_for(
-        "Prometheus in its Service's EndpointSlice",
-        Duration::from_secs(60),
-        &[
-            "get",
-            "endpointslices",
-            "-n",
-            NAMESPACE,
-            "-l",
-            "kubernetes.io/service-name=prometheus",
-            "-o",
-            "jsonpath={.items[*].endpoints[*].addresses[0]}",
-        ],
-        |s| s.split_whitespace().any(|a| a == ip.to_string()),
-    );
+    cp.wait_for_service_addresses(NAMESPACE, "prometheus", &[ip.to_string()], false);
 
     let viewer = cp.user("alice", &["gpu-telemetry-viewers"]);
 

@@ -189,6 +189,21 @@ impl ControlPlane {
         path
     }
 
+    /// Waits until the EndpointSlices of Service `namespace/service` list every address
+    /// of `ips` (only endpoints whose `ready` condition is true when `ready_only`), as
+    /// the endpoint slice controller keeps them.
+    pub fn wait_for_service_addresses(&self, namespace: &str, service: &str, ips: &[String], ready_only: bool) {
+        let selector = format!("kubernetes.io/service-name={service}");
+        let endpoints = if ready_only { "endpoints[?(@.conditions.ready==true)]" } else { "endpoints[*]" };
+        let jsonpath = format!("jsonpath={{.items[*].{endpoints}.addresses[0]}}");
+        self.wait_for(
+            &format!("{ips:?} in the EndpointSlices of {namespace}/{service}"),
+            Duration::from_secs(60),
+            &["get", "endpointslices", "-n", namespace, "-l", &selector, "-o", &jsonpath],
+            |s| ips.iter().all(|ip| s.split_whitespace().any(|a| a == ip)),
+        );
+    }
+
     /// Waits until `kubectl args` (as the admin) prints something `ok` accepts.
     pub fn wait_for(&self, what: &str, timeout: Duration, args: &[&str], ok: impl Fn(&str) -> bool) -> String {
         wait_until_ok(what, timeout, || {

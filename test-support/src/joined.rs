@@ -237,21 +237,7 @@ impl JoinedFleet {
     /// Ready, as the endpoint slice controller keeps them.
     pub fn wait_for_endpoints(&self, cp: &ControlPlane) {
         let want: Vec<String> = self.exporters.iter().map(|e| e.addr.ip().to_string()).collect();
-        cp.wait_for(
-            "the exporters in the gpu-exporter EndpointSlices",
-            Duration::from_secs(60),
-            &[
-                "get",
-                "endpointslices",
-                "-n",
-                NAMESPACE,
-                "-l",
-                "kubernetes.io/service-name=gpu-exporter",
-                "-o",
-                "jsonpath={.items[*].endpoints[?(@.conditions.ready==true)].addresses[0]}",
-            ],
-            |s| want.iter().all(|ip| s.split_whitespace().any(|a| a == ip)),
-        );
+        cp.wait_for_service_addresses(NAMESPACE, "gpu-exporter", &want, true);
     }
 
     /// The exporter of `node`.
