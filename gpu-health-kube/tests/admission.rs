@@ -213,10 +213,14 @@ fn the_loops_own_writes_are_admitted() {
     let lifted = patched(&with_condition, r.node_patch.as_ref().unwrap(), false);
     assert_eq!(admit(&p, &req("nodes", "", "UPDATE", with_condition.clone(), lifted.clone())), None);
     assert_eq!(lifted["spec"]["taints"], old["spec"]["taints"]);
-    // Dry run.
+    // Dry run, and the dry run's record removed once enforcement starts.
     let d = plan(&view(&old), &sick(), Mode::DryRun, &Permit::NotAsked, &names(), now);
     let recorded = patched(&old, d.node_patch.as_ref().unwrap(), false);
-    assert_eq!(admit(&p, &req("nodes", "", "UPDATE", old.clone(), recorded)), None);
+    assert_eq!(admit(&p, &req("nodes", "", "UPDATE", old.clone(), recorded.clone())), None);
+    let e = plan(&view(&recorded), &well(), Mode::Enforce, &Permit::NotAsked, &names(), now);
+    let cleaned = patched(&recorded, e.node_patch.as_ref().unwrap(), false);
+    assert!(cleaned["metadata"]["annotations"].get("gpu-telemetry.io/gpu-health-dry-run").is_none());
+    assert_eq!(admit(&p, &req("nodes", "", "UPDATE", recorded, cleaned)), None);
     // An Event about its node, and its breaker place.
     let event = json!({"metadata": {"name": "e", "namespace": "default"}, "involvedObject": {"kind": "Node", "name": "gpu-01"}});
     assert_eq!(admit(&p, &req("events", "", "CREATE", Value::Null, event)), None);
@@ -281,6 +285,29 @@ fn everything_else_is_refused() {
     let mut capacity = old.clone();
     capacity["status"]["capacity"] = json!({"nvidia.com/gpu": "0"});
     denied(req("nodes", "status", "UPDATE", old.clone(), capacity), "only the GPUHealthy condition");
+    // Through the status, metadata is held as on the Node (the API server keeps what is
+    // sent there), and every field of the status is, named or not.
+    let mut relabelled = old.clone();
+    relabelled["metadata"]["labels"]["example.com/via-status"] = json!("x");
+    denied(req("nodes", "status", "UPDATE", old.clone(), relabelled), "own annotations");
+    let mut acknowledged = old.clone();
+    acknowledged["metadata"]["annotations"]["gpu-telemetry.io/gpu-health-reset"] = json!("2030-01-01T00:00:00Z");
+    denied(req("nodes", "status", "UPDATE", old.clone(), acknowledged), "own annotations");
+    let mut port = old.clone();
+    port["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": 4242}});
+    denied(req("nodes", "status", "UPDATE", old.clone(), port), "only the GPUHealthy condition");
+    // A field this policy has never heard of (a later Kubernetes's) is held too, in each
+    // part, added or taken away.
+    for (part, why) in [
+        ("metadata", "own annotations"),
+        ("spec", "spec.unschedulable and its own taint"),
+        ("status", "only the GPUHealthy condition"),
+    ] {
+        let mut added = old.clone();
+        added[part]["fieldOfTomorrow"] = json!({"x": 1});
+        denied(req("nodes", "", "UPDATE", old.clone(), added.clone()), why);
+        denied(req("nodes", "status", "UPDATE", added, old.clone()), why);
+    }
     // Events about others; other ConfigMaps; others' places.
     let event = json!({"metadata": {"name": "e"}, "involvedObject": {"kind": "Node", "name": "gpu-02"}});
     denied(req("events", "", "CREATE", Value::Null, event), "own node");

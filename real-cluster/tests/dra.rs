@@ -9,6 +9,8 @@
 //!   names the claim's pod and claim on the GPU; XID 79 on it is a DeviceTaintRule that
 //!   the server accepts at `resource.k8s.io/v1` (the managedFields say which version
 //!   the loop wrote), no cordon and no node taint; the reset lifts the rule.
+//!   Then a pod bound to the node before its claim exists runs once an admin
+//!   allocates the claim, with no pod event in between: the simulated kubelet retries.
 //! - `without_v1_device_taint_rules_the_loop_writes_v1beta2`: the same on an API server
 //!   that serves DeviceTaintRule only at `v1beta2` (`--runtime-config
 //!   resource.k8s.io/v1beta2=true,resource.k8s.io/v1/devicetaintrules=false`, the shape
@@ -101,7 +103,7 @@ fn rules(cp: &ControlPlane, version: &str) -> Vec<Value> {
     list["items"].as_array().unwrap().clone()
 }
 
-fn the_loop_taints_one_claimed_gpu(cp: &ControlPlane, version: &str) {
+fn the_loop_taints_one_claimed_gpu(cp: &ControlPlane, version: &str) -> JoinedFleet {
     cp.apply(&base());
     let mut fleet = JoinedFleet::join(cp, &[NodeSpec { name: NODE.into(), scenario: scenario(&[]), replicas: 1 }]);
     cp.apply(&resource_slice());
@@ -188,12 +190,81 @@ fn the_loop_taints_one_claimed_gpu(cp: &ControlPlane, version: &str) {
         other => Err(format!("{other:?}")),
     });
     assert!(node(cp)["spec"]["unschedulable"].is_null());
+    fleet
+}
+
+/// A pod bound to the node before its claim exists: the simulated kubelet cannot read
+/// the claim (404, or 403 while the Node authorizer has not linked it to the pod), then
+/// finds it unallocated, and keeps trying with backoff; once an admin writes the
+/// allocation (no scheduler runs for a pod bound by hand, and no pod event follows) the
+/// pod runs and its GPU is attributed to it.
+fn a_pod_bound_before_its_claim_is_allocated_runs_once_it_is(cp: &ControlPlane, fleet: &JoinedFleet) {
+    cp.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: late, namespace: ml-training}\nspec:\n  nodeName: gpu-d\n  \
+         resourceClaims: [{name: gpu, resourceClaimName: late-gpu}]\n  containers:\n    - name: main\n      image: \
+         registry.example/trainer:1\n      resources: {claims: [{name: gpu}]}\n",
+    );
+    let uid = cp.run(&["get", "pod", "late", "-n", "ml-training", "-o", "jsonpath={.metadata.uid}"]);
+    wait_until_ok("the kubelet waiting for the missing claim", Duration::from_secs(30), || {
+        let log = fleet.kubelet_log();
+        if log.contains("ResourceClaim ml-training/late-gpu") && log.contains("trying again in") {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    });
+    cp.apply(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: late-gpu, namespace: ml-training}\nspec:\n  \
+         devices:\n    requests:\n      - name: gpu\n        exactly: {deviceClassName: gpu.nvidia.com}\n",
+    );
+    // Still pending: created, not allocated.
+    std::thread::sleep(Duration::from_secs(2));
+    let phase = cp.run(&["get", "pod", "late", "-n", "ml-training", "-o", "jsonpath={.status.phase}"]);
+    assert_ne!(phase, "Running", "the pod ran before its claim was allocated");
+    let allocation = serde_json::json!({"status": {
+        "allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-1"}
+        ]}},
+        "reservedFor": [{"resource": "pods", "name": "late", "uid": uid.trim()}]
+    }});
+    cp.run(&[
+        "patch",
+        "resourceclaim",
+        "late-gpu",
+        "-n",
+        "ml-training",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &allocation.to_string(),
+    ]);
+    cp.wait_for(
+        "the late pod Running once its claim is allocated",
+        Duration::from_secs(30),
+        &["get", "pod", "late", "-n", "ml-training", "-o", "jsonpath={.status.phase}"],
+        |s| s == "Running",
+    );
+    wait_until_ok("the late pod and its claim on GPU 1", Duration::from_secs(60), || {
+        let page = fleet.exporter(NODE).metrics();
+        let found = page.lines().any(|l| {
+            l.starts_with("gpu_device_pod_info{")
+                && l.contains(&format!("uuid=\"{}\"", UUID[1]))
+                && l.contains("pod=\"late\"")
+                && l.contains("claim=\"late-gpu\"")
+        });
+        if found {
+            Ok(())
+        } else {
+            Err(page.lines().filter(|l| l.starts_with("gpu_device_pod")).collect::<Vec<_>>().join("\n"))
+        }
+    });
 }
 
 #[test]
 fn a_claimed_gpu_is_attributed_and_its_xid_79_is_a_v1_device_taint() {
     let cp = ControlPlane::start();
-    the_loop_taints_one_claimed_gpu(&cp, "v1");
+    let fleet = the_loop_taints_one_claimed_gpu(&cp, "v1");
+    a_pod_bound_before_its_claim_is_allocated_runs_once_it_is(&cp, &fleet);
 }
 
 #[test]

@@ -5,7 +5,8 @@
 //! loaded. Faults are injected by rewriting a node's own scenario (XID 79 and the GPU
 //! off the bus, then a reset), which the simulated kubelet and fake-nvml follow.
 //!
-//! - `a_quarantine_and_its_recovery_on_real_nodes`: dry-run writes only its annotation;
+//! - `a_quarantine_and_its_recovery_on_real_nodes`: dry-run writes only its annotation
+//!   (which goes with the first enforcing write: `kubectl gpu nodes` shows the truth);
 //!   the admission policy refuses the exporter's token everything but its own node's
 //!   writes, each with its own message, and the server a breaker write carrying a stale
 //!   `resourceVersion` (409); enforce cordons, taints, sets the condition and
@@ -23,7 +24,7 @@ use std::time::Duration;
 use serde_json::Value;
 use test_support::control_plane::ControlPlane;
 use test_support::joined::{JoinedFleet, NAMESPACE, NodeSpec, base, exporter_pod};
-use test_support::simulated::wait_until_ok;
+use test_support::simulated::{binaries, wait_until_ok};
 
 const TAINT: &str = "gpu-telemetry.io/gpu-unhealthy";
 const CLAIM: &str = "gpu-telemetry.io/gpu-health";
@@ -94,6 +95,13 @@ fn checks_run(page: &str) -> f64 {
         .sum()
 }
 
+/// Node `name`'s row in `kubectl gpu nodes`, as an admin reads it.
+fn gpu_nodes_row(cp: &ControlPlane, name: &str) -> String {
+    let out = test_support::run_with_kubeconfig(&binaries().join("kubectl-gpu"), &cp.kubeconfig, &["nodes"]);
+    assert_eq!(out.code, 0, "kubectl gpu nodes: {}", out.stderr);
+    out.stdout.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or_default().to_string()
+}
+
 /// Waits until node `name` satisfies `ok`, saying what it last was.
 fn wait_node(cp: &ControlPlane, what: &str, name: &str, ok: impl Fn(&Value) -> bool) -> Value {
     wait_until_ok(what, Duration::from_secs(60), || {
@@ -148,12 +156,18 @@ fn patch_status(cp: &ControlPlane, kubeconfig: &Path, name: &str, body: &str) ->
     (out.status.success() && code.is_none(), answer)
 }
 
-/// Asserts the request is refused by `policy` with `message`.
+/// Asserts the request is refused by `policy` with `message`, as Forbidden (403: the
+/// policies set `reason: Forbidden`; kubectl says `Error from server (Forbidden)`, the
+/// API's Status `"reason": "Forbidden"`).
 fn refused(what: &str, (ok, err): (bool, String), policy: &str, message: &str) {
     assert!(!ok, "{what} was allowed");
     assert!(
         err.contains(&format!("ValidatingAdmissionPolicy '{policy}.gpu-telemetry.io'")) && err.contains(message),
         "{what}: refused, but not by {policy} with {message:?}: {err}"
+    );
+    assert!(
+        err.contains("Error from server (Forbidden)") || err.contains("\"reason\": \"Forbidden\""),
+        "{what}: refused, but not as Forbidden: {err}"
     );
 }
 
@@ -205,7 +219,20 @@ fn the_policy_holds_the_exporter_to_its_own_node(cp: &ControlPlane) {
         "a label on its own node",
         try_as(cp, &token, &["label", "node", "gpu-a", "example.com/pool=p1"], ""),
         nodes,
-        "the GPU exporter may change only its own annotations on the node",
+        "the GPU exporter may change only its own annotations in the metadata of the node, not metadata.labels",
+    );
+    // Through the status too: the API server keeps metadata sent there.
+    refused(
+        "a label through its own node's status",
+        patch_status(cp, &token, "gpu-a", r#"{"metadata":{"labels":{"example.com/via-status":"x"}}}"#),
+        nodes,
+        "not metadata.labels",
+    );
+    refused(
+        "the kubelet's port in its own node's status",
+        patch_status(cp, &token, "gpu-a", r#"{"status":{"daemonEndpoints":{"kubeletEndpoint":{"Port":4242}}}}"#),
+        nodes,
+        "the GPU exporter may change only the GPUHealthy condition in the status of the node, not status.daemonEndpoints",
     );
     // (kubectl patch --subresource=status reads the status first, which the exporter's
     // RBAC does not grant: the loop only patches it.)
@@ -338,6 +365,9 @@ fn a_quarantine_and_its_recovery_on_real_nodes() {
         if e.iter().any(|r| r == "GPUQuarantineDryRun") { Ok(()) } else { Err(format!("{e:?}")) }
     });
 
+    let row = gpu_nodes_row(&cp, "gpu-a");
+    assert!(row.contains("DryRun("), "kubectl gpu nodes shows the dry run: {row}");
+
     the_policy_holds_the_exporter_to_its_own_node(&cp);
 
     // Enforce: the exporters restart with the loop acting, and XID 79 comes again on
@@ -358,6 +388,10 @@ fn a_quarantine_and_its_recovery_on_real_nodes() {
     assert!(taints.iter().any(|t| t["key"] == "example.com/maintenance"), "the admin's taint stays: {taints:?}");
     assert_eq!(condition(&a).unwrap().1, "Xid79");
     assert_eq!(claim(&a).unwrap()["applied"]["cordon"], true);
+    // The dry run's record went with the first enforcing write.
+    assert!(a["metadata"]["annotations"][DRY_RUN].is_null(), "{}", a["metadata"]["annotations"]);
+    let row = gpu_nodes_row(&cp, "gpu-a");
+    assert!(row.contains("Quarantined(Xid79)") && !row.contains("DryRun"), "kubectl gpu nodes: {row}");
     let mine = owned_by(&a, MANAGER);
     assert!(mine.contains("f:unschedulable") && mine.contains(CLAIM), "the cordon is the loop's: {mine}");
     wait_until_ok("the GPUQuarantined Event about gpu-a", Duration::from_secs(30), || {
@@ -389,6 +423,9 @@ fn a_quarantine_and_its_recovery_on_real_nodes() {
         n["spec"]["unschedulable"].is_null() && !has_our_taint(n) && condition(n).is_some_and(|c| c.0 == "True")
     });
     assert!(claim(&a).is_none(), "{}", a["metadata"]["annotations"]);
+    assert!(a["metadata"]["annotations"][DRY_RUN].is_null(), "{}", a["metadata"]["annotations"]);
+    let row = gpu_nodes_row(&cp, "gpu-a");
+    assert!(!row.contains("DryRun") && !row.contains("Quarantined"), "kubectl gpu nodes: {row}");
     assert!(a["spec"]["taints"].as_array().unwrap().iter().any(|t| t["key"] == "example.com/maintenance"));
     assert_eq!(a["metadata"]["labels"]["example.com/rack"], "r7");
     let b = wait_node(&cp, "gpu-b's taint lifted", "gpu-b", |n| {

@@ -242,8 +242,22 @@ pub fn plan_with(
         out.owns_nothing = claim.as_ref().is_none_or(|c| !c.applied.anything());
     }
     let new_text = claim.as_ref().map(Claim::to_json);
-    out.node_patch = node_patch(node, key, new_text.as_ref(), old_text, writes);
+    // A dry run's record outlives its mode otherwise: once the loop acts or only
+    // reports, `kubectl gpu nodes` would go on showing what a dry run once intended.
+    let stale_dry_run = (mode != Mode::DryRun && node.annotations.contains_key(&names.dry_run_annotation))
+        .then_some(names.dry_run_annotation.as_str());
+    let annotations = AnnotationWrites { key, new_text: new_text.as_ref(), old_text, stale: stale_dry_run };
+    out.node_patch = node_patch(node, annotations, writes);
     out
+}
+
+/// The loop's annotations as a plan leaves them: its record under `key` (written,
+/// changed or removed), and the record of another mode (`stale`), removed.
+struct AnnotationWrites<'a> {
+    key: &'a str,
+    new_text: Option<&'a String>,
+    old_text: Option<&'a String>,
+    stale: Option<&'a str>,
 }
 
 /// What a plan reads: the Node as found, the verdict, and how the loop may act.
@@ -634,22 +648,21 @@ fn plan_lift(s: &Scene, c: &Claim, out: &mut Plan, writes: &mut SpecWrites, gpus
 
 /// The Node patch: the claim annotation when it changed, and the spec writes, with
 /// the `resourceVersion` planned from. `None` when nothing differs.
-fn node_patch(
-    node: &NodeView,
-    key: &str,
-    new_text: Option<&String>,
-    old_text: Option<&String>,
-    writes: SpecWrites,
-) -> Option<Value> {
-    let annotation_changes = new_text != old_text;
-    if !annotation_changes && writes.unschedulable.is_none() && writes.taints.is_none() {
+fn node_patch(node: &NodeView, a: AnnotationWrites, writes: SpecWrites) -> Option<Value> {
+    let mut annotations = Map::new();
+    if a.new_text != a.old_text {
+        annotations.insert(a.key.into(), a.new_text.map_or(Value::Null, |t| Value::String(t.clone())));
+    }
+    if let Some(stale) = a.stale {
+        annotations.insert(stale.into(), Value::Null);
+    }
+    if annotations.is_empty() && writes.unschedulable.is_none() && writes.taints.is_none() {
         return None;
     }
     let mut metadata = Map::new();
     metadata.insert("resourceVersion".into(), Value::String(node.resource_version.clone()));
-    if annotation_changes {
-        let value = new_text.map_or(Value::Null, |t| Value::String(t.clone()));
-        metadata.insert("annotations".into(), json!({ key: value }));
+    if !annotations.is_empty() {
+        metadata.insert("annotations".into(), Value::Object(annotations));
     }
     let mut patch = Map::new();
     patch.insert("metadata".into(), Value::Object(metadata));
@@ -973,6 +986,35 @@ mod tests {
         assert!(p.events[0].message.contains("would cordon, taint gpu-telemetry.io/gpu-unhealthy=Xid79:NoSchedule"));
         let q = apply(&node(), &p);
         assert!(!plan(&q, &sick(), Mode::DryRun, &Permit::NotAsked, &names(), now()).writes_anything());
+    }
+
+    #[test]
+    fn the_dry_run_record_goes_once_the_loop_acts_or_the_node_recovers() {
+        let dry = apply(&node(), &plan(&node(), &sick(), Mode::DryRun, &Permit::NotAsked, &names(), now()));
+        let dry_key = "gpu-telemetry.io/gpu-health-dry-run";
+        assert!(dry.annotations.contains_key(dry_key));
+        // Enforcement turned on while the GPU is still sick: the quarantine's own record
+        // replaces the dry run's in the same write.
+        let p = plan(&dry, &sick(), Mode::Enforce, &Permit::Granted, &names(), now());
+        let ann = &p.node_patch.as_ref().unwrap()["metadata"]["annotations"];
+        assert_eq!(ann[dry_key], Value::Null, "{ann}");
+        assert!(ann["gpu-telemetry.io/gpu-health"].is_string(), "{ann}");
+        let q = apply(&dry, &p);
+        assert!(!q.annotations.contains_key(dry_key));
+        assert!(plan(&q, &sick(), Mode::Enforce, &Permit::NotAsked, &names(), now()).node_patch.is_none());
+        // Enforcement turned on after the node recovered, and condition-only mode: the
+        // record goes and nothing else is written to the Node.
+        for mode in [Mode::Enforce, Mode::ConditionOnly] {
+            let p = plan(&dry, &well(), mode, &Permit::NotAsked, &names(), now());
+            let patch = p.node_patch.as_ref().unwrap();
+            assert_eq!(patch["metadata"]["annotations"].as_object().unwrap().len(), 1, "{patch}");
+            assert_eq!(patch["metadata"]["annotations"][dry_key], Value::Null);
+            assert!(patch.get("spec").is_none(), "{patch}");
+            assert!(!apply(&dry, &p).annotations.contains_key(dry_key));
+        }
+        // The dry run itself drops its record when the node recovers.
+        let p = plan(&dry, &well(), Mode::DryRun, &Permit::NotAsked, &names(), now());
+        assert_eq!(p.node_patch.as_ref().unwrap()["metadata"]["annotations"][dry_key], Value::Null);
     }
 
     #[test]
