@@ -44,6 +44,16 @@ fn panels_are_well_formed() {
             assert_eq!(panel["datasource"]["uid"], "${datasource}", "{file}: {}", panel["title"]);
             assert!(!panel["targets"].as_array().unwrap().is_empty(), "{file}: {} has no query", panel["title"]);
         }
+        // A label variable offers "All" as `.*` (what `concrete` puts in its place), which
+        // also matches series without the label: a default install sets no `cluster`, so
+        // its `$cluster` has no value but All.
+        for variable in dashboard["templating"]["list"].as_array().unwrap().iter().filter(|v| v["type"] == "query") {
+            assert!(
+                variable["includeAll"] == true && variable["allValue"] == ".*",
+                "{file}: variable {} must include All as .*",
+                variable["name"]
+            );
+        }
     }
 }
 
@@ -140,7 +150,9 @@ fn queries_name_only_metrics_the_exporter_serves() {
 /// The Rightsizing row on series whose answer is worked out by hand: an A100 held alone
 /// that peaked at 10 of its 80 GiB with a p95 of 12 % ($3.50/h), and one that peaked at
 /// 40 GiB (not oversized). The first needs 1.2 × 10 / 80 = 15 % of its device, more than
-/// its 12 % compute, so at most 85 % of $3.50/h is saved: $2.975/h.
+/// its 12 % compute, so at most 85 % of $3.50/h is saved: $2.975/h. The same with a
+/// `cluster` label and without one (a default install sets no constant label, and the
+/// row groups and joins by cluster).
 #[test]
 fn the_rightsizing_row_prices_what_oversized_workloads_do_not_use() {
     let (_, dashboard) = dashboards().into_iter().find(|(f, _)| f.ends_with("gpu-overview.json")).unwrap();
@@ -149,15 +161,14 @@ fn the_rightsizing_row_prices_what_oversized_workloads_do_not_use() {
         concrete(p["targets"][0]["expr"].as_str().unwrap())
     };
     let gib = 1u64 << 30;
-    let device = |pod: &str, uuid: &str| {
-        format!("cluster=\"c\",node=\"n\",gpu=\"0\",uuid=\"{uuid}\",namespace=\"ai\",pod=\"{pod}\"")
-    };
-    let (small, big) = (device("small", "GPU-1"), device("big", "GPU-2"));
-    let test = format!(
-        r#"rule_files: []
-evaluation_interval: 5m
-tests:
-  - interval: 5m
+    let group = |cluster: &str| {
+        let device = |pod: &str, uuid: &str| {
+            format!("{cluster}node=\"n\",gpu=\"0\",uuid=\"{uuid}\",namespace=\"ai\",pod=\"{pod}\"")
+        };
+        let (small, big) = (device("small", "GPU-1"), device("big", "GPU-2"));
+        format!(
+            r#"  - interval: 5m
+    name: 'rightsizing, {cluster_name}'
     input_series:
       - {{series: 'pod_device:gpu_memory_used_bytes:max1h{{{small}}}', values: '{small_peak}x12'}}
       - {{series: 'pod_device:gpu_memory_used_bytes:max1h{{{big}}}', values: '{big_peak}x12'}}
@@ -175,12 +186,15 @@ tests:
         eval_time: 1h
         exp_samples: [{{labels: '{{}}', value: 2.975}}]
 "#,
-        small_peak = 10 * gib,
-        big_peak = 40 * gib,
-        total = 80 * gib,
-        held = panel("Held by oversized workloads").replace('\'', "''"),
-        saving = panel("Saving, at most").replace('\'', "''"),
-    );
+            cluster_name = if cluster.is_empty() { "no cluster label" } else { "cluster label" },
+            small_peak = 10 * gib,
+            big_peak = 40 * gib,
+            total = 80 * gib,
+            held = panel("Held by oversized workloads").replace('\'', "''"),
+            saving = panel("Saving, at most").replace('\'', "''"),
+        )
+    };
+    let test = format!("rule_files: []\nevaluation_interval: 5m\ntests:\n{}{}", group("cluster=\"c\","), group(""));
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("rightsizing.test.yaml");
     std::fs::write(&file, &test).unwrap();

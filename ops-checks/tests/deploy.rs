@@ -11,7 +11,8 @@
 //!   pods, scrapes exactly the exporter's annotated port and path;
 //! - every image is `ghcr.io/gpu-telemetry/<Containerfile target>:<workspace version>`;
 //! - the exporter's arguments and environment variables, in every overlay, are accepted by
-//!   its own parser; its security context is the one the image is built for;
+//!   its own parser; its security context is the one the image is built for; only the
+//!   seed's overlay sets constant labels (`--label`);
 //! - the adapter's admission policy lets it create only its serving Secret.
 //!
 //! A missing tool fails the test with how to install it (`scripts/check-deploy` does).
@@ -1149,6 +1150,22 @@ fn the_health_loop_ships_in_dry_run_and_the_enforce_component_turns_it_on() {
         assert_eq!(args.health.dry_run, !enforcing, "{}: dry run is {}", r.name, args.health.dry_run);
     }
     assert!(renders().iter().any(|r| r.name.starts_with("components:")), "the all-components render is there");
+}
+
+/// Constant labels name one cluster: the base and the overlays a cluster installs set none
+/// (by flag or variable, as the exporter reads them); the seed's overlay sets the seed's.
+#[test]
+fn only_the_seed_overlay_sets_constant_labels() {
+    let command = Args::command();
+    for r in renders() {
+        let argv = exporter_argv(r, &command);
+        let labels = Args::try_parse_from(&argv).unwrap().extra_labels().unwrap();
+        let want: &[(&str, &str)] =
+            if r.name == "deploy/overlays/seed" { &[("cluster", "production"), ("region", "cn-east")] } else { &[] };
+        let want: Vec<(String, String)> = want.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        assert_eq!(labels, want, "{}: {argv:?}", r.name);
+    }
+    assert!(renders().iter().any(|r| r.name == "deploy/overlays/seed"), "the seed's overlay renders");
 }
 
 #[test]

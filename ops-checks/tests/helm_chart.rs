@@ -8,6 +8,7 @@
 //!   name them, another namespace, cert-manager with a Prometheus source...): each
 //!   rendering validates against the Kubernetes 1.33 schemas, the binaries' own parsers
 //!   accept the flags and variables it passes, and each value lands where it says;
+//! - no constant label (`--label`) but those the values set, none by default;
 //! - a wrong value is refused by `values.schema.json` or the chart, naming the value;
 //! - the chart's version is the workspace version, and `helm package` carries every file
 //!   the templates read;
@@ -36,6 +37,7 @@ fn values_for(render: &str) -> Option<&'static str> {
         "deploy/overlays/prometheus-operator" => "prometheus-operator",
         "deploy/overlays/cert-manager" => "cert-manager",
         "deploy/overlays/dcgm-exporter" => "dcgm-exporter",
+        "deploy/overlays/seed" => "seed",
         r if r.starts_with("components: ") => "all-components",
         _ => return None,
     })
@@ -399,6 +401,38 @@ fn the_values_matrix_renders_valid_objects_where_the_values_say() {
             "request.userInfo.username == 'system:serviceaccount:observability:gpu-exporter'"
         );
     }
+}
+
+/// The exporter's `--label` flags, as the chart renders them with `values`.
+fn label_flags(values: &str) -> Vec<String> {
+    let (_, docs) = template(values, "gpu-telemetry").unwrap_or_else(|e| panic!("{values}: {e}"));
+    let c = &get(&docs, "DaemonSet", "gpu-exporter")["spec"]["template"]["spec"]["containers"][0];
+    c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .filter(|a| a.starts_with("--label"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Constant labels name one cluster, so the chart sets none of its own: not by default,
+/// not with `{}`, not with null (which earlier defaults needed to clear theirs, and which
+/// users' values files still hold). A user's labels are rendered as given, with no
+/// default merged into them; the seed's come with its values file.
+#[test]
+fn the_chart_sets_no_constant_label_but_the_users() {
+    for values in ["{}", "exporter: {constLabels: {}}", "exporter: {constLabels: null}"] {
+        assert_eq!(label_flags(values), Vec::<String>::new(), "{values}");
+    }
+    assert_eq!(label_flags("exporter: {constLabels: {cluster: staging}}"), ["--label=cluster=staging"]);
+    assert_eq!(
+        label_flags("exporter: {constLabels: {region: eu-west, cluster: staging}}"),
+        ["--label=cluster=staging,region=eu-west"],
+        "in key order"
+    );
+    assert_eq!(label_flags(&ci_values("seed")), ["--label=cluster=production,region=cn-east"]);
 }
 
 #[test]

@@ -3,8 +3,9 @@
 //! controllers, scheduler, v1.37.2) with one simulated GPU node (`test_support::joined`:
 //! `fake-kubelet join`, which marks the pods bound to it Running without running their
 //! containers), through Helm v4:
-//! - `helm install` with the defaults: every object accepted; the DaemonSet's pod runs on
-//!   the GPU node, the adapter's two replicas are scheduled;
+//! - `helm install` with the defaults and a constant label of the user's: every object
+//!   accepted; the DaemonSet's pod runs on the GPU node with that label alone (no default
+//!   merged in), the adapter's two replicas are scheduled;
 //! - the adapter's part the kubelet would start: the real `gpu-metrics-adapter`, run here
 //!   with the Deployment's own flags and variables and its ServiceAccount's token (plus a
 //!   loopback port, text logs and the simulated node's exporter address: no pod network
@@ -18,7 +19,8 @@
 //!   and writes the Pod's outcome, which `helm test` reports;
 //! - `helm upgrade` (health loop enforced): the Secret and the caBundle the adapter wrote
 //!   are kept (the adapter is stopped first, so that nothing could write them again), and
-//!   the DaemonSet rolls: its pod is replaced by one of the new revision;
+//!   the DaemonSet rolls: its pod is replaced by one of the new revision, which keeps the
+//!   user's constant label;
 //! - `helm uninstall`: nothing of the release is left but what docs/deploy.md names
 //!   (the Secret the adapter wrote).
 
@@ -139,6 +141,17 @@ fn start_adapter(cluster: &ControlPlane, exporter: &str) -> (Killed, String, Pat
     (Killed::new(child), format!("https://{addr}"), kubeconfig)
 }
 
+/// The `--label` flags of a pod's exporter container.
+fn label_flags(pod: &Value) -> Vec<&str> {
+    pod["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|a| a.starts_with("--label"))
+        .collect()
+}
+
 fn ca_bundle(cluster: &ControlPlane, name: &str) -> Option<String> {
     json(cluster, &["get", "apiservice", name])?["spec"]["caBundle"].as_str().map(str::to_owned)
 }
@@ -162,6 +175,8 @@ fn install_test_upgrade_and_uninstall_on_a_real_control_plane() {
             "--create-namespace",
             "--set",
             &format!("test.namespace={WORKLOADS}"),
+            "--set",
+            "exporter.constLabels.cluster=staging",
         ],
     );
     assert!(out.status.success(), "helm install: {}", text(&out));
@@ -181,6 +196,7 @@ fn install_test_upgrade_and_uninstall_on_a_real_control_plane() {
         "true",
         "the health loop ships in dry run"
     );
+    assert_eq!(label_flags(&exporter), ["--label=cluster=staging"], "the user's label alone");
     wait_for("the adapter's two replicas", Duration::from_secs(60), || {
         (running(&pods(&cluster, "app=gpu-metrics-adapter")).len() == 2).then_some(())
     });
@@ -323,6 +339,7 @@ fn install_test_upgrade_and_uninstall_on_a_real_control_plane() {
             .unwrap()["value"],
         "false"
     );
+    assert_eq!(label_flags(&rolled), ["--label=cluster=staging"], "the upgrade keeps the user's label");
 
     // ---- uninstall: only what the docs name is left ----
     let out = helm(&cluster, &["uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "2m"]);

@@ -98,6 +98,7 @@ fn run(stop: &AtomicBool, seed_windows: bool) {
     let nodes: Vec<NodeSpec> =
         (1..=2).map(|i| NodeSpec { name: format!("{NODE}-{i}"), scenario: EIGHT_H100.into(), replicas: 4 }).collect();
     let mut fleet = JoinedFleet::join(&cp, &nodes);
+    // The seed's constant labels, as deploy/overlays/seed sets them (the base sets none).
     fleet.start_exporters(&cp, &["--label", "cluster=production,region=cn-east"]);
     let app = AppMetrics::start(&cp, "ai-inference", "app=inference", "request_latency_ms", 40.0);
     let prometheus = Launch::new(Flavour::V2).interval("5s").scrape_honoring_labels("inference", &[app.addr]).start();
