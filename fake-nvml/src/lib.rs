@@ -8,6 +8,15 @@
 //! file is followed: a rewrite changes the node's pods, processes and readings while the
 //! exporter runs (fake-kubelet's `join` mode writes it as pods come and go).
 //!
+//! Beyond the exporter, the library answers what NVIDIA's own NVML consumers call:
+//! k8s-device-plugin v0.17.4 (through go-nvml, go-nvlib and go-gpuallocator),
+//! nvidia-ml-py and gpustat; `docs/nvml-consumers.md` lists the calls with their
+//! sources, and `tests/nvml_consumers.rs` fails when one is no longer exported. A call
+//! on those lists that the simulator does not model answers `NVML_ERROR_NOT_SUPPORTED`.
+//! What the device plugin reads from the host besides NVML (`mig-minors`, device
+//! nodes, NUMA nodes) is written from the scenario under a root of the caller's
+//! choosing by [`host`].
+//!
 //! Layers, one-directional: [`scenario`] (file format and checks) -> [`node`] (values
 //! and fault state at time t) -> `ffi` (the exported C functions). Every `unsafe` block
 //! says why it is sound (`SAFETY:`), which clippy enforces.
@@ -17,6 +26,8 @@
 pub mod calls;
 pub mod clock;
 mod ffi;
+pub mod host;
 pub mod models;
 pub mod node;
 pub mod scenario;
+pub mod topology;

@@ -4,7 +4,10 @@
 
 use nvml_wrapper_sys::bindings::NvmlLib;
 
-use super::{device as d, events as e, fields as f, gpm as g, mig as m, nvlink as n, processes as p, system as s};
+use super::{
+    device as d, events as e, fields as f, gpm as g, instances as i, mig as m, nvlink as n, processes as p, stubs as x,
+    system as s, topology as t,
+};
 
 fn same_signature<T, E>(_loader_field: &Result<T, E>, _export: T) {}
 
@@ -73,8 +76,21 @@ fn check(lib: &NvmlLib) {
     same_signature(&lib.nvmlDeviceGetGpuInstanceProfileInfoV, m::nvmlDeviceGetGpuInstanceProfileInfoV);
     same_signature(&lib.nvmlDeviceGetGpuInstanceProfileInfoByIdV, m::nvmlDeviceGetGpuInstanceProfileInfoByIdV);
     same_signature(&lib.nvmlDeviceGetGpuInstanceRemainingCapacity, m::nvmlDeviceGetGpuInstanceRemainingCapacity);
-    same_signature(&lib.nvmlDeviceGetGpuInstanceById, m::nvmlDeviceGetGpuInstanceById);
-    same_signature(&lib.nvmlGpuInstanceGetInfo, m::nvmlGpuInstanceGetInfo);
+    same_signature(&lib.nvmlDeviceGetGpuInstanceById, i::nvmlDeviceGetGpuInstanceById);
+    same_signature(&lib.nvmlGpuInstanceGetInfo, i::nvmlGpuInstanceGetInfo);
+    same_signature(&lib.nvmlDeviceGetGpuInstanceProfileInfo, m::nvmlDeviceGetGpuInstanceProfileInfo);
+    same_signature(&lib.nvmlGpuInstanceGetComputeInstanceById, i::nvmlGpuInstanceGetComputeInstanceById);
+    same_signature(&lib.nvmlComputeInstanceGetInfo_v2, i::nvmlComputeInstanceGetInfo_v2);
+    same_signature(&lib.nvmlGpuInstanceGetComputeInstanceProfileInfo, i::nvmlGpuInstanceGetComputeInstanceProfileInfo);
+    same_signature(
+        &lib.nvmlGpuInstanceGetComputeInstanceProfileInfoV,
+        i::nvmlGpuInstanceGetComputeInstanceProfileInfoV,
+    );
+    same_signature(&lib.nvmlDeviceGetMinorNumber, d::nvmlDeviceGetMinorNumber);
+    same_signature(&lib.nvmlDeviceGetTopologyCommonAncestor, t::nvmlDeviceGetTopologyCommonAncestor);
+    same_signature(&lib.nvmlDeviceGetNvLinkRemotePciInfo_v2, n::nvmlDeviceGetNvLinkRemotePciInfo_v2);
+    same_signature(&lib.nvmlDeviceGetGraphicsRunningProcesses_v3, p::nvmlDeviceGetGraphicsRunningProcesses_v3);
+    same_signature(&lib.nvmlDeviceGetFanSpeed, x::nvmlDeviceGetFanSpeed);
     same_signature(&lib.nvmlDeviceGetComputeRunningProcesses_v3, p::nvmlDeviceGetComputeRunningProcesses_v3);
     same_signature(&lib.nvmlDeviceGetMPSComputeRunningProcesses_v3, p::nvmlDeviceGetMPSComputeRunningProcesses_v3);
     same_signature(&lib.nvmlDeviceGetProcessUtilization, p::nvmlDeviceGetProcessUtilization);

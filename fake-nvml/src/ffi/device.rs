@@ -88,7 +88,8 @@ pub unsafe extern "C" fn nvmlDeviceGetSerial(
     })
 }
 
-fn copy_into<const N: usize>(dst: &mut [c_char; N], text: &str) {
+/// Copies `text` into a fixed C string field, truncated to leave its NUL.
+pub(super) fn copy_into<const N: usize>(dst: &mut [c_char; N], text: &str) {
     for (d, s) in dst.iter_mut().zip(text.bytes().take(N - 1)) {
         *d = s as c_char;
     }
@@ -152,19 +153,37 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     })
 }
 
-/// The v1 struct, where the driver counts its reservation as used.
+/// The v1 struct, where the driver counts its reservation as used. A MIG device
+/// handle answers its instance's memory (the device plugin reads a MIG device's total
+/// this way, `internal/rm/nvml_devices.go`).
 ///
 /// # Safety
 /// `memory` is null or valid for a write.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: nvmlDevice_t, memory: *mut nvmlMemory_t) -> nvmlReturn_t {
-    device_call("nvmlDeviceGetMemoryInfo", device, |gpu, t| {
+    target_call("nvmlDeviceGetMemoryInfo", device, |target, t| {
         let state = loaded()?;
-        let total = gpu.spec.model.memory_total_bytes;
-        let used = gpu.memory_used_bytes(t, state.node.processes_on(gpu.spec.index, None, t))
-            + gpu.spec.model.memory_reserved_bytes;
-        out!(memory, nvmlMemory_t { total, free: total - used, used })
+        let (total, used) = match target {
+            Target::Gpu(gpu) => (
+                gpu.spec.model.memory_total_bytes,
+                gpu.memory_used_bytes(t, state.node.processes_on(gpu.spec.index, None, t))
+                    + gpu.spec.model.memory_reserved_bytes,
+            ),
+            Target::Mig(gpu, mig) => {
+                (mig.profile.memory_mib * 1024 * 1024, instance_memory_used_bytes(&state.node, gpu.spec.index, mig, t))
+            }
+        };
+        out!(memory, nvmlMemory_t { total, free: total.saturating_sub(used), used })
     })
+}
+
+/// The GPU's device minor (`/dev/nvidia<minor>`), [`crate::scenario::Gpu::minor_number`].
+///
+/// # Safety
+/// `minor_number` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(device: nvmlDevice_t, minor_number: *mut c_uint) -> nvmlReturn_t {
+    device_call("nvmlDeviceGetMinorNumber", device, |gpu, _| out!(minor_number, gpu.spec.minor_number()))
 }
 
 /// # Safety

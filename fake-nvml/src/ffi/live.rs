@@ -7,7 +7,8 @@
 //! order): a driver never renumbers GPUs under a running process, and NVML handles are
 //! indexes into them. What carries over is what a real GPU keeps: the scenario clock and
 //! each GPU's energy counter. A file that does not parse, or that changes the GPUs, is
-//! refused on stderr and the node goes on as it was.
+//! refused on stderr and the node goes on as it was. An accepted file rewrites the host
+//! tree under `FAKE_NVML_HOST_ROOT` ([`crate::host`]), where that is set.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -72,6 +73,9 @@ impl Live {
                 before.join(",")
             );
             return None;
+        }
+        if let Err(e) = crate::host::write_from_env(&scenario) {
+            eprintln!("fake-nvml: the changed scenario's host tree could not be written: {e}");
         }
         let node = Node::new(scenario);
         node.carry_energy_from(&current.node, current.clock.now());

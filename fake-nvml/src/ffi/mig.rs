@@ -1,25 +1,27 @@
 //! MIG: enumerating a GPU's MIG devices, their GPU/compute instance ids, profiles and
 //! the capacity left. MIG device handles answer the calls `nvml.h` says a MIG device
 //! answers ([`crate::calls::MIG_HANDLE_CALLS`]: UUID, name, memory, attributes,
-//! processes, instance ids, GPM).
+//! processes, instance ids, GPM). GPU and compute instance handles are in
+//! [`super::instances`].
 //!
-//! Profiles are looked up as the driver does: `nvmlDeviceGetGpuInstanceProfileInfoV`
-//! by profile index (`NVML_GPU_INSTANCE_PROFILE_*`), answering `NOT_SUPPORTED` for an
-//! index this GPU does not offer and `INVALID_ARGUMENT` past the last index the driver
-//! knows (the end of a forward-compatible enumeration); everything else by the
-//! driver's profile id.
+//! Profiles are looked up as the driver does: `nvmlDeviceGetGpuInstanceProfileInfo`
+//! (the v1 struct, what go-nvlib's `VisitMigProfiles` and `GetProfile` call for the
+//! device plugin) and `...InfoV` (v2, with the name) by profile index
+//! (`NVML_GPU_INSTANCE_PROFILE_*`), answering `NOT_SUPPORTED` for an index this GPU does
+//! not offer and `INVALID_ARGUMENT` past the last index the driver knows (the end of a
+//! forward-compatible enumeration); everything else by the driver's profile id.
+//!
+//! Engine counts of an instance (copy engines, decoders, JPEG and OFA units) follow
+//! its compute slices ([`engines`]), the same in the profile info and a MIG device's
+//! attributes.
 
 use std::ffi::c_uint;
 
 use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlDeviceAttributes_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t,
-    nvmlGpuInstanceProfileInfo_v2_t, nvmlReturn_t,
+    nvmlDevice_t, nvmlDeviceAttributes_t, nvmlGpuInstanceProfileInfo_t, nvmlGpuInstanceProfileInfo_v2_t, nvmlReturn_t,
 };
 
-use super::{
-    GPU_INSTANCE_SLOTS, MAX_MIG, Target, device_call, device_handle, guard, loaded, mig_handle, put, ret, slot_offset,
-    target_call,
-};
+use super::{Target, device_call, device_handle, mig_handle, put, ret, target_call};
 use crate::models::{MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, MigProfile, PROFILE_INDEX_COUNT};
 use crate::node::SimGpu;
 
@@ -33,8 +35,28 @@ macro_rules! out {
     };
 }
 
-fn mig_capable(gpu: &SimGpu) -> Result<(), nvmlReturn_t> {
+pub(super) fn mig_capable(gpu: &SimGpu) -> Result<(), nvmlReturn_t> {
     if gpu.spec.model.mig_capable { Ok(()) } else { Err(ret::NOT_SUPPORTED) }
+}
+
+/// Engines an instance of `compute_slices` slices holds.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Engines {
+    pub copy: u32,
+    pub decoders: u32,
+    pub encoders: u32,
+    pub jpeg: u32,
+    pub ofa: u32,
+}
+
+pub(super) fn engines(compute_slices: u32) -> Engines {
+    Engines {
+        copy: compute_slices,
+        decoders: compute_slices.div_ceil(2),
+        encoders: 0,
+        jpeg: compute_slices.div_ceil(7),
+        ofa: compute_slices.div_ceil(7),
+    }
 }
 
 /// # Safety
@@ -123,15 +145,16 @@ pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
             // nvml.h: "This API currently only supports MIG device handles."
             Target::Gpu(_) => return Err(ret::NOT_SUPPORTED),
         };
+        let e = engines(slices);
         out!(
             attributes,
             nvmlDeviceAttributes_t {
                 multiprocessorCount: sms,
-                sharedCopyEngineCount: slices,
-                sharedDecoderCount: slices.div_ceil(2),
-                sharedEncoderCount: 0,
-                sharedJpegCount: slices.div_ceil(7),
-                sharedOfaCount: slices.div_ceil(7),
+                sharedCopyEngineCount: e.copy,
+                sharedDecoderCount: e.decoders,
+                sharedEncoderCount: e.encoders,
+                sharedJpegCount: e.jpeg,
+                sharedOfaCount: e.ofa,
                 gpuInstanceSliceCount: slices,
                 computeInstanceSliceCount: slices,
                 memorySizeMB: memory_mib,
@@ -140,9 +163,27 @@ pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
     })
 }
 
-fn copy_name(dst: &mut [std::ffi::c_char; 96], text: &str) {
+pub(super) fn copy_name(dst: &mut [std::ffi::c_char; 96], text: &str) {
     for (d, s) in dst.iter_mut().zip(text.bytes().take(95)) {
         *d = s as std::ffi::c_char;
+    }
+}
+
+/// A profile as the v1 struct describes it.
+fn profile_info_v1(p: &MigProfile) -> nvmlGpuInstanceProfileInfo_t {
+    let e = engines(p.compute_slices);
+    nvmlGpuInstanceProfileInfo_t {
+        id: p.profile_id,
+        isP2pSupported: 0,
+        sliceCount: p.compute_slices,
+        instanceCount: p.max_instances,
+        multiprocessorCount: p.multiprocessors,
+        copyEngineCount: e.copy,
+        decoderCount: e.decoders,
+        encoderCount: e.encoders,
+        jpegCount: e.jpeg,
+        ofaCount: e.ofa,
+        memorySizeMB: p.memory_mib,
     }
 }
 
@@ -158,16 +199,20 @@ unsafe fn profile_info(info: *mut nvmlGpuInstanceProfileInfo_v2_t, p: &MigProfil
     if unsafe { (*info).version } != PROFILE_INFO_V2_VERSION {
         return Err(ret::ARGUMENT_VERSION_MISMATCH);
     }
+    let v1 = profile_info_v1(p);
     // SAFETY: a plain C struct; all-zero is a valid value.
     let mut answer: nvmlGpuInstanceProfileInfo_v2_t = unsafe { std::mem::zeroed() };
     answer.version = PROFILE_INFO_V2_VERSION;
-    answer.id = p.profile_id;
-    answer.sliceCount = p.compute_slices;
-    answer.instanceCount = p.max_instances;
-    answer.multiprocessorCount = p.multiprocessors;
-    answer.copyEngineCount = p.compute_slices;
-    answer.decoderCount = p.compute_slices.div_ceil(2);
-    answer.memorySizeMB = p.memory_mib;
+    answer.id = v1.id;
+    answer.sliceCount = v1.sliceCount;
+    answer.instanceCount = v1.instanceCount;
+    answer.multiprocessorCount = v1.multiprocessorCount;
+    answer.copyEngineCount = v1.copyEngineCount;
+    answer.decoderCount = v1.decoderCount;
+    answer.encoderCount = v1.encoderCount;
+    answer.jpegCount = v1.jpegCount;
+    answer.ofaCount = v1.ofaCount;
+    answer.memorySizeMB = v1.memorySizeMB;
     copy_name(&mut answer.name, &format!("MIG {}", p.name));
     out!(info, answer)
 }
@@ -182,6 +227,31 @@ fn by_id(gpu: &SimGpu, id: c_uint) -> Result<&MigProfile, nvmlReturn_t> {
     gpu.spec.mig_profiles.iter().find(|p| p.profile_id == id).ok_or(ret::NOT_SUPPORTED)
 }
 
+/// The profile at index `profile` of this GPU.
+fn by_index(gpu: &SimGpu, profile: c_uint) -> Result<&MigProfile, nvmlReturn_t> {
+    mig_capable(gpu)?;
+    if profile >= index_count(gpu) {
+        return Err(ret::INVALID_ARGUMENT);
+    }
+    gpu.spec.mig_profiles.iter().find(|p| p.index == profile).ok_or(ret::NOT_SUPPORTED)
+}
+
+/// The v1 call, without a struct version or name (go-nvml's `GetGpuInstanceProfileInfo`).
+///
+/// # Safety
+/// `info` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfo(
+    device: nvmlDevice_t,
+    profile: c_uint,
+    info: *mut nvmlGpuInstanceProfileInfo_t,
+) -> nvmlReturn_t {
+    device_call("nvmlDeviceGetGpuInstanceProfileInfo", device, |gpu, _| {
+        let p = by_index(gpu, profile)?;
+        out!(info, profile_info_v1(p))
+    })
+}
+
 /// # Safety
 /// `info` is null or valid for a read and a write.
 #[unsafe(no_mangle)]
@@ -191,11 +261,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
     info: *mut nvmlGpuInstanceProfileInfo_v2_t,
 ) -> nvmlReturn_t {
     device_call("nvmlDeviceGetGpuInstanceProfileInfoV", device, |gpu, _| {
-        mig_capable(gpu)?;
-        if profile >= index_count(gpu) {
-            return Err(ret::INVALID_ARGUMENT);
-        }
-        let p = gpu.spec.mig_profiles.iter().find(|p| p.index == profile).ok_or(ret::NOT_SUPPORTED)?;
+        let p = by_index(gpu, profile)?;
         // SAFETY: caller contract.
         unsafe { profile_info(info, p) }
     })
@@ -239,56 +305,5 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceRemainingCapacity(
             .min((MIG_MEMORY_SLICES - used_memory) / p.memory_slices)
             .min(p.max_instances.saturating_sub(same));
         out!(count, fit)
-    })
-}
-
-/// # Safety
-/// `gpu_instance` is null or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceById(
-    device: nvmlDevice_t,
-    id: c_uint,
-    gpu_instance: *mut nvmlGpuInstance_t,
-) -> nvmlReturn_t {
-    device_call("nvmlDeviceGetGpuInstanceById", device, |gpu, _| {
-        mig_capable(gpu)?;
-        let instances = gpu.spec.mig.as_ref().ok_or(ret::INVALID_ARGUMENT)?;
-        let position = instances.iter().position(|i| i.gpu_instance_id == id).ok_or(ret::NOT_FOUND)?;
-        let slot = gpu.spec.index as usize * MAX_MIG + position;
-        out!(gpu_instance, GPU_INSTANCE_SLOTS[slot.min(GPU_INSTANCE_SLOTS.len() - 1)..].as_ptr() as nvmlGpuInstance_t)
-    })
-}
-
-/// # Safety
-/// `info` is null or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlGpuInstanceGetInfo(
-    gpu_instance: nvmlGpuInstance_t,
-    info: *mut nvmlGpuInstanceInfo_t,
-) -> nvmlReturn_t {
-    guard(|| {
-        let state = loaded()?;
-        let slot = slot_offset(gpu_instance as usize, &GPU_INSTANCE_SLOTS).ok_or(ret::INVALID_ARGUMENT)?;
-        let gpu = state.node.gpus.get(slot / MAX_MIG).ok_or(ret::INVALID_ARGUMENT)?;
-        let instance = gpu.spec.mig.as_ref().and_then(|m| m.get(slot % MAX_MIG)).ok_or(ret::INVALID_ARGUMENT)?;
-        let t = state.clock.now();
-        if gpu.is_lost(t) {
-            return Err(ret::GPU_IS_LOST);
-        }
-        if let Some(code) = gpu.injected_error("nvmlGpuInstanceGetInfo", None, t) {
-            return Err(code);
-        }
-        out!(
-            info,
-            nvmlGpuInstanceInfo_t {
-                device: device_handle(gpu.spec.index as usize),
-                id: instance.gpu_instance_id,
-                profileId: instance.profile.profile_id,
-                placement: nvmlGpuInstancePlacement_t {
-                    start: instance.placement_start,
-                    size: instance.profile.compute_slices,
-                },
-            }
-        )
     })
 }

@@ -7,17 +7,22 @@
 //! GPU, blocks inside a scheduled hang, answers a scheduled `error` fault's code, and
 //! never lets a panic cross the C boundary. On a MIG device handle only the calls in
 //! [`crate::calls::MIG_HANDLE_CALLS`] answer; the rest say `NVML_ERROR_NOT_SUPPORTED`.
+//! Calls NVIDIA's consumers make that the simulator does not model are exported by
+//! [`stubs`] and answer `NVML_ERROR_NOT_SUPPORTED` (see `docs/nvml-consumers.md`).
 
 mod abi_check;
 mod device;
 mod events;
 mod fields;
 mod gpm;
+mod instances;
 mod live;
 mod mig;
 mod nvlink;
 mod processes;
+mod stubs;
 mod system;
+mod topology;
 
 use std::ffi::c_char;
 use std::os::raw::c_uint;
@@ -61,13 +66,15 @@ static STATE: RwLock<Option<Arc<Loaded>>> = RwLock::new(None);
 static INIT_COUNT: Mutex<u32> = Mutex::new(0);
 
 /// Handles are addresses inside these arrays: GPU `i` is `&DEVICE_SLOTS[i]`, MIG
-/// device `j` of GPU `i` is `&MIG_SLOTS[i * MAX_MIG + j]`, and GPU instance `j` of
-/// GPU `i` is `&GPU_INSTANCE_SLOTS[i * MAX_MIG + j]`.
+/// device `j` of GPU `i` is `&MIG_SLOTS[i * MAX_MIG + j]`, GPU instance `j` of GPU `i`
+/// is `&GPU_INSTANCE_SLOTS[i * MAX_MIG + j]`, and the compute instance of that GPU
+/// instance (one per GPU instance here) is `&COMPUTE_INSTANCE_SLOTS[i * MAX_MIG + j]`.
 const MAX_GPUS: usize = 64;
 const MAX_MIG: usize = 8;
 static DEVICE_SLOTS: [u8; MAX_GPUS] = [0; MAX_GPUS];
 static MIG_SLOTS: [u8; MAX_GPUS * MAX_MIG] = [0; MAX_GPUS * MAX_MIG];
 static GPU_INSTANCE_SLOTS: [u8; MAX_GPUS * MAX_MIG] = [0; MAX_GPUS * MAX_MIG];
+static COMPUTE_INSTANCE_SLOTS: [u8; MAX_GPUS * MAX_MIG] = [0; MAX_GPUS * MAX_MIG];
 
 fn device_handle(index: usize) -> nvmlDevice_t {
     DEVICE_SLOTS[index.min(MAX_GPUS - 1)..].as_ptr() as nvmlDevice_t
@@ -75,6 +82,12 @@ fn device_handle(index: usize) -> nvmlDevice_t {
 
 fn mig_handle(gpu: usize, instance: usize) -> nvmlDevice_t {
     MIG_SLOTS[(gpu * MAX_MIG + instance).min(MIG_SLOTS.len() - 1)..].as_ptr() as nvmlDevice_t
+}
+
+/// The handle of MIG position `instance` of GPU `gpu` in `slots` (GPU or compute
+/// instance handles).
+fn instance_handle<T>(slots: &'static [u8], gpu: usize, instance: usize) -> *mut T {
+    slots[(gpu * MAX_MIG + instance).min(slots.len() - 1)..].as_ptr() as *mut T
 }
 
 fn slot_offset(handle: usize, slots: &[u8]) -> Option<usize> {
@@ -115,6 +128,15 @@ impl Loaded {
         let gpu = self.node.gpus.get(i / MAX_MIG).ok_or(ret::INVALID_ARGUMENT)?;
         let instance = gpu.spec.mig.as_ref().and_then(|m| m.get(i % MAX_MIG)).ok_or(ret::INVALID_ARGUMENT)?;
         Ok(Target::Mig(gpu, instance))
+    }
+
+    /// The GPU and MIG instance a GPU or compute instance handle (an address in
+    /// `slots`) designates.
+    fn instance_at(&self, handle: usize, slots: &[u8]) -> Result<(&SimGpu, &fake_mig::MigInstance), nvmlReturn_t> {
+        let slot = slot_offset(handle, slots).ok_or(ret::INVALID_ARGUMENT)?;
+        let gpu = self.node.gpus.get(slot / MAX_MIG).ok_or(ret::INVALID_ARGUMENT)?;
+        let instance = gpu.spec.mig.as_ref().and_then(|m| m.get(slot % MAX_MIG)).ok_or(ret::INVALID_ARGUMENT)?;
+        Ok((gpu, instance))
     }
 }
 

@@ -1,6 +1,8 @@
 //! GPU processes: the running compute (and MPS client) processes of a GPU or MIG
 //! instance, and per-process utilization samples, with NVML's count protocol
 //! (`NVML_ERROR_INSUFFICIENT_SIZE` and the needed count when the buffer is too small).
+//! Scenario processes are compute processes: the graphics list (which gpustat and
+//! pynvml users ask for) is always empty, as on a headless data-center node.
 
 use std::ffi::{c_uint, c_ulonglong};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -14,6 +16,14 @@ use crate::scenario::Process;
 /// GPU/compute instance id NVML reports for a process outside MIG.
 const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
 
+/// Which process list a call asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Compute,
+    Mps,
+    Graphics,
+}
+
 /// Fills `infos` (room for `*count` entries) or reports the count needed.
 ///
 /// # Safety
@@ -23,7 +33,7 @@ unsafe fn list_processes(
     device: nvmlDevice_t,
     count: *mut c_uint,
     infos: *mut nvmlProcessInfo_t,
-    mps: bool,
+    kind: Kind,
 ) -> nvmlReturn_t {
     target_call(call, device, |target, t| {
         if count.is_null() {
@@ -35,8 +45,15 @@ unsafe fn list_processes(
             Target::Mig(g, m) => (g, Some(m)),
         };
         let instances = gpu.spec.mig.as_deref().unwrap_or_default();
-        let found: Vec<&Process> =
-            state.node.processes_on(gpu.spec.index, instance.map(|m| m.index), t).filter(|p| p.mps == mps).collect();
+        let found: Vec<&Process> = state
+            .node
+            .processes_on(gpu.spec.index, instance.map(|m| m.index), t)
+            .filter(|p| match kind {
+                Kind::Compute => !p.mps,
+                Kind::Mps => p.mps,
+                Kind::Graphics => false,
+            })
+            .collect();
         // SAFETY: non-null, caller contract.
         let room = unsafe { *count } as usize;
         // SAFETY: as above.
@@ -74,7 +91,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     infos: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
     // SAFETY: forwarded caller contract.
-    unsafe { list_processes("nvmlDeviceGetComputeRunningProcesses_v3", device, info_count, infos, false) }
+    unsafe { list_processes("nvmlDeviceGetComputeRunningProcesses_v3", device, info_count, infos, Kind::Compute) }
 }
 
 /// # Safety
@@ -86,7 +103,19 @@ pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
     infos: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
     // SAFETY: forwarded caller contract.
-    unsafe { list_processes("nvmlDeviceGetMPSComputeRunningProcesses_v3", device, info_count, infos, true) }
+    unsafe { list_processes("nvmlDeviceGetMPSComputeRunningProcesses_v3", device, info_count, infos, Kind::Mps) }
+}
+
+/// # Safety
+/// `info_count` is null or valid; `infos` is null or holds `*info_count` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
+    device: nvmlDevice_t,
+    info_count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    // SAFETY: forwarded caller contract.
+    unsafe { list_processes("nvmlDeviceGetGraphicsRunningProcesses_v3", device, info_count, infos, Kind::Graphics) }
 }
 
 /// One sample per running process, stamped now; none (and `NVML_ERROR_NOT_FOUND`)

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t};
 
-use super::{INIT_COUNT, Loaded, STATE, device_handle, guard, hang_then_now, loaded, put, put_str, ret};
+use super::{INIT_COUNT, Loaded, STATE, device_handle, guard, hang_then_now, loaded, mig_handle, put, put_str, ret};
 use crate::clock::Clock;
+use crate::host;
 use crate::node::Node;
 use crate::scenario::{Scenario, parse_pci_bus_id};
 
@@ -28,6 +29,10 @@ fn init() -> nvmlReturn_t {
             })?;
             let clock = Clock::from_env().map_err(|e| {
                 eprintln!("fake-nvml: nvmlInit refused the clock settings: {e}");
+                ret::UNKNOWN
+            })?;
+            host::write_from_env(&scenario).map_err(|e| {
+                eprintln!("fake-nvml: nvmlInit could not write the simulated host: {e}");
                 ret::UNKNOWN
             })?;
             let live = super::live::Live::from_env(std::env::var_os("FAKE_NVML_SCENARIO").map(Into::into));
@@ -171,6 +176,10 @@ fn handle_where(device: *mut nvmlDevice_t, matches: impl Fn(&crate::scenario::Gp
     })
 }
 
+/// A GPU's UUID gives the GPU's handle, a MIG device's UUID the MIG device handle
+/// (`nvml.h`: "The UUID of the target GPU or MIG instance"); the device plugin's health
+/// check looks MIG devices up this way.
+///
 /// # Safety
 /// `uuid` is null or a NUL-terminated string; `device` is null or valid for a write.
 #[unsafe(no_mangle)]
@@ -182,7 +191,27 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: 
     let Ok(uuid) = unsafe { CStr::from_ptr(uuid) }.to_str() else {
         return ret::INVALID_ARGUMENT;
     };
+    if uuid.starts_with("MIG-") {
+        return mig_by_uuid(uuid, device);
+    }
     handle_where(device, |g| g.uuid == uuid)
+}
+
+fn mig_by_uuid(uuid: &str, device: *mut nvmlDevice_t) -> nvmlReturn_t {
+    guard(|| {
+        let state = loaded()?;
+        let (gpu, instance) = state
+            .node
+            .gpus
+            .iter()
+            .find_map(|g| g.spec.mig.iter().flatten().find(|m| m.uuid == uuid).map(|m| (g, m)))
+            .ok_or(ret::NOT_FOUND)?;
+        if gpu.is_lost(state.clock.now()) {
+            return Err(ret::GPU_IS_LOST);
+        }
+        // SAFETY: the exported wrapper passes the caller's pointer.
+        unsafe { put(device, mig_handle(gpu.spec.index as usize, instance.index as usize)) }
+    })
 }
 
 /// # Safety

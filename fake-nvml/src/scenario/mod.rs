@@ -206,6 +206,14 @@ pub struct Gpu {
     pub nvlink: NvLink,
 }
 
+impl Gpu {
+    /// The GPU's device minor number (`nvmlDeviceGetMinorNumber`, `/dev/nvidia<minor>`):
+    /// its index, as on a node whose driver numbered the GPUs in the order NVML lists them.
+    pub fn minor_number(&self) -> u32 {
+        self.index
+    }
+}
+
 /// The parts of a PCI bus id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PciAddress {
