@@ -32,7 +32,7 @@ pub fn binaries() -> PathBuf {
                 .arg("build")
                 .args(release.then_some("--release"))
                 .args(["-p", "fake-nvml", "-p", "fake-kubelet", "-p", "gpu-exporter", "-p", "gpu-metrics-adapter"])
-                .args(["-p", "kubectl-gpu"])
+                .args(["-p", "kubectl-gpu", "-p", "sim-cri"])
                 .current_dir(workspace())
                 .output()
                 .expect("cargo runs");
@@ -65,17 +65,22 @@ extern "C" fn kill_children() {
     }
 }
 
+/// Kills `pid` (a process group where negative) when the test process exits.
+pub fn kill_at_exit(pid: i32) {
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    AT_EXIT.call_once(|| {
+        // SAFETY: registers a function that only reads a static and calls kill(2).
+        unsafe {
+            libc::atexit(kill_children);
+        }
+    });
+    CHILDREN.lock().unwrap().push(pid);
+}
+
 impl Killed {
     pub fn new(child: Child) -> Killed {
-        static AT_EXIT: std::sync::Once = std::sync::Once::new();
-        AT_EXIT.call_once(|| {
-            // SAFETY: registers a function that only reads a static and calls kill(2).
-            unsafe {
-                libc::atexit(kill_children);
-            }
-        });
         if let Ok(pid) = i32::try_from(child.id()) {
-            CHILDREN.lock().unwrap().push(pid);
+            kill_at_exit(pid);
         }
         Killed(child)
     }

@@ -1,0 +1,195 @@
+//! The node side for real: simulated GPU nodes run by the real kubelet v1.37.2 with
+//! NVIDIA's k8s-device-plugin v0.17.4 loading fake-nvml as `libnvidia-ml.so.1`, and sim-cri
+//! as the runtime (`scripts/sim-node`, docs/deploy.md "The real kubelet"), joined to the
+//! real control plane. What the kubelet allocates is what the exporter attributes.
+//!
+//! - `the_real_kubelet_allocates_whole_gpus_and_the_exporter_attributes_them`: the plugin
+//!   advertises the scenario's eight H100s; a pod asking for two is scheduled, admitted
+//!   and run; the exporter, reading the real kubelet's pod-resources, names the pod on
+//!   exactly the GPUs the kubelet's own checkpoint records; XID 79 on a GPU makes the
+//!   plugin mark it unhealthy (allocatable 8 -> 7) and the exporter's health judges the
+//!   same GPU.
+//! - `time_sliced_replicas_are_allocated_and_attributed`: `sharing.timeSlicing` with four
+//!   replicas, renamed `nvidia.com/gpu.shared` (`renameByDefault`): the replica IDs
+//!   `<uuid>::<n>` the kubelet allocates are attributed to their pods.
+//! - `a_node_that_cannot_start_says_why`: a kubelet that cannot start, and a plugin that
+//!   cannot register, each stop scripts/sim-node with the cause and the log's tail.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::Value;
+use test_support::control_plane::ControlPlane;
+use test_support::sim_node::{SimNode, SimNodeOptions, label, series};
+use test_support::simulated::wait_until_ok;
+
+fn scenario() -> String {
+    std::fs::read_to_string(test_support::simulated::workspace().join("fake-nvml/scenarios/h100-8gpu-node.yaml"))
+        .unwrap()
+}
+
+fn allocatable(cp: &ControlPlane, node: &str, resource: &str) -> Option<u64> {
+    let n: Value = serde_json::from_str(&cp.run(&["get", "node", node, "-o", "json"])).unwrap();
+    n["status"]["allocatable"][resource].as_str().and_then(|v| v.parse().ok())
+}
+
+fn pod(name: &str, node: &str, resource: &str, count: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  nodeSelector: \
+         {{kubernetes.io/hostname: {node}}}\n  containers:\n    - name: main\n      image: registry.example/{name}:1\n      \
+         resources: {{limits: {{{resource}: {count}}}}}\n"
+    )
+}
+
+fn wait_running(cp: &ControlPlane, name: &str, node: &SimNode) {
+    wait_until_ok(&format!("pod {name} Running on the real kubelet"), Duration::from_secs(60), || {
+        let phase = cp.run(&["get", "pod", name, "-o", "jsonpath={.status.phase}"]);
+        if phase == "Running" {
+            Ok(())
+        } else {
+            Err(format!("{phase}\n{}", node.log("kubelet").lines().rev().take(8).collect::<Vec<_>>().join("\n")))
+        }
+    });
+}
+
+/// The device IDs the kubelet's checkpoint records for pod `name`'s container `main`.
+fn checkpointed(cp: &ControlPlane, node: &SimNode, name: &str) -> BTreeSet<String> {
+    let uid = cp.run(&["get", "pod", name, "-o", "jsonpath={.metadata.uid}"]);
+    let checkpoint = node.kubelet_checkpoint();
+    checkpoint["Data"]["PodDeviceEntries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["PodUID"] == uid.trim() && e["ContainerName"] == "main")
+        .flat_map(|e| e["DeviceIDs"].as_object().into_iter().flat_map(|by_numa| by_numa.values()))
+        .flat_map(|ids| ids.as_array().cloned().unwrap_or_default())
+        .filter_map(|id| id.as_str().map(str::to_string))
+        .collect()
+}
+
+/// The devices the exporter names pod `name` on, as `uuid` (whole GPUs) or
+/// `uuid::replica` where it reports replicas.
+fn attributed(page: &str, name: &str) -> BTreeSet<String> {
+    series(page, "gpu_device_pod_info", &[("pod", name)])
+        .into_iter()
+        .filter_map(|l| label(l, "uuid").map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn the_real_kubelet_allocates_whole_gpus_and_the_exporter_attributes_them() {
+    let cp = ControlPlane::start();
+    let node = SimNode::start(&cp, "sim-whole", &scenario(), &SimNodeOptions::default()).unwrap();
+    wait_until_ok("eight GPUs allocatable", Duration::from_secs(60), || {
+        match allocatable(&cp, "sim-whole", "nvidia.com/gpu") {
+            Some(8) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let exporter = node.start_exporter(&[]);
+
+    cp.apply(&pod("trainer", "sim-whole", "nvidia.com/gpu", 2));
+    wait_running(&cp, "trainer", &node);
+    let allocated = checkpointed(&cp, &node, "trainer");
+    assert_eq!(allocated.len(), 2, "the kubelet's checkpoint: {}", node.kubelet_checkpoint());
+    let seen = wait_until_ok("the exporter naming the trainer", Duration::from_secs(30), || {
+        let found = attributed(&exporter.metrics(), "trainer");
+        if found.len() == 2 { Ok(found) } else { Err(format!("{found:?}\n{}", exporter.log_tail(5))) }
+    });
+    assert_eq!(seen, allocated, "the exporter attributes what the real kubelet allocated");
+
+    // XID 79 on a GPU the trainer does not hold: NVIDIA's plugin marks it unhealthy and
+    // the kubelet advertises one fewer; the exporter's health loop judges the same GPU.
+    let page = exporter.metrics();
+    let free = series(&page, "gpu_memory_total_bytes", &[])
+        .into_iter()
+        .filter_map(|l| label(l, "uuid"))
+        .find(|u| !allocated.contains(*u))
+        .unwrap()
+        .to_string();
+    let text = scenario();
+    let anchor = format!("uuid: {free}\n");
+    assert!(text.contains(&anchor), "{free} in the scenario");
+    node.set_scenario(&text.replacen(&anchor, &format!("uuid: {free}\n    faults: [{{at_s: 0, xid: 79}}]\n"), 1));
+    wait_until_ok("the plugin marking the GPU unhealthy", Duration::from_secs(60), || {
+        match allocatable(&cp, "sim-whole", "nvidia.com/gpu") {
+            Some(7) => Ok(()),
+            other => Err(format!(
+                "{other:?}\n{}",
+                node.log("device-plugin").lines().rev().take(5).collect::<Vec<_>>().join("\n")
+            )),
+        }
+    });
+    assert!(node.log("device-plugin").contains("marking device as unhealthy"), "the plugin says why");
+    wait_until_ok("the exporter's verdict on the same GPU", Duration::from_secs(30), || {
+        let page = exporter.metrics();
+        let verdict = series(&page, "gpu_health_gpu_healthy", &[("uuid", &free)]);
+        match verdict.as_slice() {
+            [l] if l.ends_with(" 0") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    // The others stay healthy for both.
+    let page = exporter.metrics();
+    let unhealthy: Vec<&str> =
+        series(&page, "gpu_health_gpu_healthy", &[]).into_iter().filter(|l| l.ends_with(" 0")).collect();
+    assert_eq!(unhealthy.len(), 1, "{unhealthy:?}");
+}
+
+#[test]
+fn time_sliced_replicas_are_allocated_and_attributed() {
+    let cp = ControlPlane::start();
+    // NVIDIA's config format (k8s-device-plugin v0.17.4, api/config/v1: sharing.timeSlicing).
+    let config = "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n      - name: \
+                  nvidia.com/gpu\n        replicas: 4\n";
+    let options = SimNodeOptions { plugin_config: Some(config.into()), ..SimNodeOptions::default() };
+    let node = SimNode::start(&cp, "sim-shared", &scenario(), &options).unwrap();
+    wait_until_ok("32 shared replicas allocatable", Duration::from_secs(60), || {
+        match (
+            allocatable(&cp, "sim-shared", "nvidia.com/gpu.shared"),
+            allocatable(&cp, "sim-shared", "nvidia.com/gpu"),
+        ) {
+            (Some(32), None | Some(0)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    // A renamed resource is the exporter's to be told of (docs/attribution.md).
+    let exporter = node.start_exporter(&["--kubelet.resource-names", "nvidia.com/gpu.shared"]);
+    for name in ["chat-0", "chat-1"] {
+        cp.apply(&pod(name, "sim-shared", "nvidia.com/gpu.shared", 1));
+    }
+    for name in ["chat-0", "chat-1"] {
+        wait_running(&cp, name, &node);
+        let ids = checkpointed(&cp, &node, name);
+        assert_eq!(ids.len(), 1, "{name}: {}", node.kubelet_checkpoint());
+        let id = ids.iter().next().unwrap();
+        let (uuid, replica) = id.split_once("::").unwrap_or_else(|| panic!("a replica ID is <uuid>::<n>: {id}"));
+        assert!(replica.parse::<u32>().is_ok(), "{id}");
+        wait_until_ok(&format!("the exporter naming {name} on {uuid}"), Duration::from_secs(30), || {
+            let page = exporter.metrics();
+            let found = attributed(&page, name);
+            let any = page.lines().any(|l| l.contains(&format!("pod=\"{name}\"")) && l.contains(uuid));
+            if any { Ok(()) } else { Err(format!("{found:?}\n{}", exporter.log_tail(5))) }
+        });
+    }
+}
+
+#[test]
+fn a_node_that_cannot_start_says_why() {
+    let cp = ControlPlane::start();
+    let broken = cp.dir.join("broken.kubeconfig");
+    std::fs::write(&broken, "apiVersion: v1\nkind: Config\nclusters: [this is not a cluster]\n").unwrap();
+    let options =
+        SimNodeOptions { override_args: vec![("--kubeconfig", broken.display().to_string())], ..Default::default() };
+    let said = SimNode::start(&cp, "sim-broken", &scenario(), &options).unwrap_err();
+    assert!(said.contains("sim-broken: the kubelet did not start"), "{said}");
+    assert!(said.contains("kubeconfig"), "the kubelet's own words are shown: {said}");
+
+    let options =
+        SimNodeOptions { plugin_config: Some("version: v1\nsharing: sideways\n".into()), ..Default::default() };
+    let said = SimNode::start(&cp, "sim-badplugin", &scenario(), &options).unwrap_err();
+    assert!(said.contains("sim-badplugin: NVIDIA's device plugin"), "{said}");
+    assert!(said.contains("config"), "the plugin's own words are shown: {said}");
+}
