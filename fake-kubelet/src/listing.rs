@@ -97,9 +97,7 @@ pub fn allocatable(scenario: &Scenario) -> AllocatableResourcesResponse {
     let dra_gpu = |index: u32| scenario.dra.as_ref().is_some_and(|d| d.publishes(index));
     for gpu in scenario.gpus.iter().filter(|g| !dra_gpu(g.index)) {
         let bases: Vec<(String, String)> = match &gpu.mig {
-            Some(instances) => {
-                instances.iter().map(|i| (format!("nvidia.com/mig-{}", i.profile.name), i.uuid.clone())).collect()
-            }
+            Some(instances) => instances.iter().map(|i| (i.mixed_resource(), i.uuid.clone())).collect(),
             None => vec![("nvidia.com/gpu".to_string(), gpu.uuid.clone())],
         };
         for (resource, uuid) in bases {

@@ -59,7 +59,7 @@ impl DeviceTable {
         for gpu in scenario.gpus.iter().filter(|g| !dra(g.index)) {
             match &gpu.mig {
                 Some(instances) => devices.extend(instances.iter().map(|i| Device {
-                    resource: format!("nvidia.com/mig-{}", i.profile.name),
+                    resource: i.mixed_resource(),
                     id: i.uuid.clone(),
                     gpu: gpu.index,
                     mig: Some(i.index),

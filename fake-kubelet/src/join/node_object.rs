@@ -66,7 +66,7 @@ pub fn node(settings: &NodeSettings, scenario: &Scenario, table: &DeviceTable, n
     }
     for gpu in &scenario.gpus {
         for instance in gpu.mig.iter().flatten() {
-            let resource = format!("nvidia.com/mig-{}", instance.profile.name);
+            let resource = instance.mixed_resource();
             labels.insert(
                 format!("{resource}.product"),
                 format!("{}-MIG-{}", gpu.model.name.replace(' ', "-"), instance.profile.name),

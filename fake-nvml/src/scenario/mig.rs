@@ -89,6 +89,16 @@ pub struct MigInstance {
     pub values: InstanceValues,
 }
 
+impl MigInstance {
+    /// The extended resource NVIDIA's device plugin advertises this instance under with the
+    /// mixed MIG strategy: `nvidia.com/mig-<profile>`, with `+` (not allowed in a resource
+    /// name) replaced by `.`, as k8s-device-plugin v0.17.4 names it (internal/rm/rm.go:
+    /// `strings.ReplaceAll("mig-"+p.String(), "+", ".")`): `nvidia.com/mig-1g.10gb.me`.
+    pub fn mixed_resource(&self) -> String {
+        format!("nvidia.com/mig-{}", self.profile.name.replace('+', "."))
+    }
+}
+
 /// The model's profiles plus the spec's extra ones; the error is (field, reason).
 fn resolve_profiles(extra: &[ProfileSpec], model: &Model) -> Result<Vec<MigProfile>, (String, String)> {
     let mut profiles = mig_profiles(model).to_vec();
@@ -276,6 +286,14 @@ mod tests {
         assert_eq!(mixed.iter().map(|i| i.placement_start).collect::<Vec<_>>(), [0, 4, 5]);
         let h200 = find("H200-SXM-141GB").unwrap();
         assert_eq!(resolve(spec("layout: all-1g.18gb"), h200, 0).unwrap().1.len(), 7);
+    }
+
+    #[test]
+    fn a_media_extension_profile_is_advertised_as_the_device_plugin_names_it() {
+        let h100 = find("H100-SXM5-80GB").unwrap();
+        let instances = resolve(spec("instances: [{profile: 1g.10gb+me}, {profile: 3g.40gb}]"), h100, 0).unwrap().1;
+        let names: Vec<String> = instances.iter().map(MigInstance::mixed_resource).collect();
+        assert_eq!(names, ["nvidia.com/mig-1g.10gb.me", "nvidia.com/mig-3g.40gb"]);
     }
 
     #[test]
