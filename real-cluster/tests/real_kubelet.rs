@@ -12,6 +12,11 @@
 //! - `time_sliced_replicas_are_allocated_and_attributed`: `sharing.timeSlicing` with four
 //!   replicas, renamed `nvidia.com/gpu.shared` (`renameByDefault`): the replica IDs
 //!   `<uuid>::<n>` the kubelet allocates are attributed to their pods.
+//! - `mig_instances_under_the_mixed_strategy_are_allocated_and_attributed`: two H200s in
+//!   MIG mode (seven 1g.18gb, two 3g.71gb): the plugin's mixed strategy advertises
+//!   `nvidia.com/mig-1g.18gb` and `nvidia.com/mig-3g.71gb` (names from fake-nvml's
+//!   profiles through go-nvlib), and the MIG device the kubelet allocates is the one the
+//!   exporter names the pod on (`mig_uuid`).
 //! - `a_node_that_cannot_start_says_why`: a kubelet that cannot start, and a plugin that
 //!   cannot register, each stop scripts/sim-node with the cause and the log's tail.
 
@@ -174,6 +179,43 @@ fn time_sliced_replicas_are_allocated_and_attributed() {
             if any { Ok(()) } else { Err(format!("{found:?}\n{}", exporter.log_tail(5))) }
         });
     }
+}
+
+#[test]
+fn mig_instances_under_the_mixed_strategy_are_allocated_and_attributed() {
+    let cp = ControlPlane::start();
+    let scenario =
+        std::fs::read_to_string(test_support::simulated::workspace().join("fake-nvml/scenarios/h200-mig-node.yaml"))
+            .unwrap();
+    let options = SimNodeOptions { mig_strategy: Some("mixed"), ..SimNodeOptions::default() };
+    let node = SimNode::start(&cp, "sim-mig", &scenario, &options).unwrap();
+    wait_until_ok("the MIG resources allocatable", Duration::from_secs(60), || {
+        match (
+            allocatable(&cp, "sim-mig", "nvidia.com/mig-1g.18gb"),
+            allocatable(&cp, "sim-mig", "nvidia.com/mig-3g.71gb"),
+        ) {
+            (Some(7), Some(2)) => Ok(()),
+            other => Err(format!(
+                "{other:?}\n{}",
+                node.log("device-plugin").lines().rev().take(5).collect::<Vec<_>>().join("\n")
+            )),
+        }
+    });
+    let exporter = node.start_exporter(&[]);
+    cp.apply(&pod("small", "sim-mig", "nvidia.com/mig-1g.18gb", 1));
+    wait_running(&cp, "small", &node);
+    let allocated = checkpointed(&cp, &node, "small");
+    assert_eq!(allocated.len(), 1, "{}", node.kubelet_checkpoint());
+    let mig = allocated.iter().next().unwrap().clone();
+    assert!(mig.starts_with("MIG-"), "a MIG device's ID is its MIG UUID: {mig}");
+    wait_until_ok("the exporter naming the small pod on its instance", Duration::from_secs(30), || {
+        let page = exporter.metrics();
+        let on: Vec<&str> = series(&page, "gpu_device_pod_info", &[("pod", "small")]);
+        match on.as_slice() {
+            [l] if label(l, "mig_uuid") == Some(mig.as_str()) && label(l, "mig_profile") == Some("1g.18gb") => Ok(()),
+            other => Err(format!("{other:?}\n{}", exporter.log_tail(5))),
+        }
+    });
 }
 
 #[test]
