@@ -7,6 +7,7 @@
 //! the node offers: every MIG instance, every whole GPU, and for time-sliced GPUs the
 //! replicas the scenario allocates, except the GPUs the DRA driver publishes.
 
+use fake_nvml::scenario::mig::mixed_resource;
 use std::collections::BTreeSet;
 
 use fake_nvml::scenario::{Container, Scenario};
@@ -97,7 +98,9 @@ pub fn allocatable(scenario: &Scenario) -> AllocatableResourcesResponse {
     let dra_gpu = |index: u32| scenario.dra.as_ref().is_some_and(|d| d.publishes(index));
     for gpu in scenario.gpus.iter().filter(|g| !dra_gpu(g.index)) {
         let bases: Vec<(String, String)> = match &gpu.mig {
-            Some(instances) => instances.iter().map(|i| (i.mixed_resource(), i.uuid.clone())).collect(),
+            Some(instances) => {
+                instances.iter().map(|i| (mixed_resource(&i.profile, &gpu.mig_profiles), i.uuid.clone())).collect()
+            }
             None => vec![("nvidia.com/gpu".to_string(), gpu.uuid.clone())],
         };
         for (resource, uuid) in bases {

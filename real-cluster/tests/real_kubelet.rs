@@ -216,6 +216,27 @@ fn mig_instances_under_the_mixed_strategy_are_allocated_and_attributed() {
             other => Err(format!("{other:?}\n{}", exporter.log_tail(5))),
         }
     });
+
+    // A media-extension instance (`1g.18gb+me`): NVIDIA's plugin lists a pattern per
+    // profile in profile order and matches it anywhere in the name, so the plain
+    // `1g.18gb` takes it (fake_nvml::scenario::mig::mixed_resource, which fake-kubelet
+    // follows): seven `nvidia.com/mig-1g.18gb`, no `nvidia.com/mig-1g.18gb.me`.
+    let plain = "        - {profile: 1g.18gb}\n        - {profile: 1g.18gb}\n  - model";
+    assert!(scenario.contains(plain), "the H200 MIG scenario's layout");
+    let media = scenario.replacen(plain, "        - {profile: 1g.18gb}\n        - {profile: 1g.18gb+me}\n  - model", 1);
+    let me_node = SimNode::start(&cp, "sim-mig-me", &media, &options).unwrap();
+    wait_until_ok("the media instance counted under 1g.18gb", Duration::from_secs(60), || {
+        match (
+            allocatable(&cp, "sim-mig-me", "nvidia.com/mig-1g.18gb"),
+            allocatable(&cp, "sim-mig-me", "nvidia.com/mig-1g.18gb.me"),
+        ) {
+            (Some(7), None) => Ok(()),
+            other => Err(format!(
+                "{other:?}\n{}",
+                me_node.log("device-plugin").lines().rev().take(5).collect::<Vec<_>>().join("\n")
+            )),
+        }
+    });
 }
 
 #[test]

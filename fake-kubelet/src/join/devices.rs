@@ -11,6 +11,7 @@
 //! touched least, then to the lower index. MIG instances and whole GPUs go in index
 //! order. Pure: the caller keeps the table and says which devices are taken.
 
+use fake_nvml::scenario::mig::mixed_resource;
 use std::collections::{BTreeMap, BTreeSet};
 
 use fake_nvml::scenario::Scenario;
@@ -59,7 +60,7 @@ impl DeviceTable {
         for gpu in scenario.gpus.iter().filter(|g| !dra(g.index)) {
             match &gpu.mig {
                 Some(instances) => devices.extend(instances.iter().map(|i| Device {
-                    resource: i.mixed_resource(),
+                    resource: mixed_resource(&i.profile, &gpu.mig_profiles),
                     id: i.uuid.clone(),
                     gpu: gpu.index,
                     mig: Some(i.index),

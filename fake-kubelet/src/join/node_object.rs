@@ -9,6 +9,7 @@
 //! MIG resource's product. `nvidia.com/gpu.present` is the GPU operator's node label,
 //! `nvidia.com/mig.config` the layout mig-manager applied (given by the caller).
 
+use fake_nvml::scenario::mig::mixed_resource;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
@@ -66,7 +67,7 @@ pub fn node(settings: &NodeSettings, scenario: &Scenario, table: &DeviceTable, n
     }
     for gpu in &scenario.gpus {
         for instance in gpu.mig.iter().flatten() {
-            let resource = instance.mixed_resource();
+            let resource = mixed_resource(&instance.profile, &gpu.mig_profiles);
             labels.insert(
                 format!("{resource}.product"),
                 format!("{}-MIG-{}", gpu.model.name.replace(' ', "-"), instance.profile.name),

@@ -89,14 +89,21 @@ pub struct MigInstance {
     pub values: InstanceValues,
 }
 
-impl MigInstance {
-    /// The extended resource NVIDIA's device plugin advertises this instance under with the
-    /// mixed MIG strategy: `nvidia.com/mig-<profile>`, with `+` (not allowed in a resource
-    /// name) replaced by `.`, as k8s-device-plugin v0.17.4 names it (internal/rm/rm.go:
-    /// `strings.ReplaceAll("mig-"+p.String(), "+", ".")`): `nvidia.com/mig-1g.10gb.me`.
-    pub fn mixed_resource(&self) -> String {
-        format!("nvidia.com/mig-{}", self.profile.name.replace('+', "."))
-    }
+/// The extended resource NVIDIA's k8s-device-plugin v0.17.4 advertises a MIG instance of
+/// profile `instance` under with the mixed strategy and its default resource patterns, on
+/// a GPU with `profiles`. The plugin makes one resource per profile, `nvidia.com/mig-` and
+/// the profile's name with `+` (not allowed in a resource name) as `.` (internal/rm/rm.go:
+/// `strings.ReplaceAll("mig-"+p.String(), "+", ".")`), its pattern the profile's name, in
+/// profile-index order (go-nvlib v0.7.4 `VisitMigProfiles`); an instance goes to the first
+/// pattern that matches, and a pattern matches anywhere in the name (api/config/v1/
+/// resources.go, `Matches`: an unanchored regular expression). So a `1g.18gb+me` instance
+/// falls under `1g.18gb`, listed first, and is advertised as `nvidia.com/mig-1g.18gb`, as
+/// the real plugin on the real kubelet shows (real-cluster/tests/real_kubelet.rs).
+pub fn mixed_resource(instance: &MigProfile, profiles: &[MigProfile]) -> String {
+    let mut ordered: Vec<&MigProfile> = profiles.iter().collect();
+    ordered.sort_by_key(|p| p.index);
+    let name = ordered.iter().find(|p| instance.name.contains(p.name.as_ref())).map_or(&instance.name, |p| &p.name);
+    format!("nvidia.com/mig-{}", name.replace('+', "."))
 }
 
 /// The model's profiles plus the spec's extra ones; the error is (field, reason).
@@ -289,11 +296,18 @@ mod tests {
     }
 
     #[test]
-    fn a_media_extension_profile_is_advertised_as_the_device_plugin_names_it() {
+    fn instances_are_advertised_under_the_device_plugins_first_matching_pattern() {
         let h100 = find("H100-SXM5-80GB").unwrap();
-        let instances = resolve(spec("instances: [{profile: 1g.10gb+me}, {profile: 3g.40gb}]"), h100, 0).unwrap().1;
-        let names: Vec<String> = instances.iter().map(MigInstance::mixed_resource).collect();
-        assert_eq!(names, ["nvidia.com/mig-1g.10gb.me", "nvidia.com/mig-3g.40gb"]);
+        let (profiles, instances) =
+            resolve(spec("instances: [{profile: 1g.10gb+me}, {profile: 3g.40gb}, {profile: 1g.20gb}]"), h100, 0)
+                .unwrap();
+        let names: Vec<String> = instances.iter().map(|i| mixed_resource(&i.profile, &profiles)).collect();
+        // `1g.10gb` (index 0) matches inside `1g.10gb+me` first.
+        assert_eq!(names, ["nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb", "nvidia.com/mig-1g.20gb"]);
+        // A profile no earlier pattern matches keeps its own name, `+` as `.`.
+        let alone: Vec<crate::models::MigProfile> =
+            profiles.iter().filter(|p| p.name == "1g.10gb+me").cloned().collect();
+        assert_eq!(mixed_resource(&instances[0].profile, &alone), "nvidia.com/mig-1g.10gb.me");
     }
 
     #[test]

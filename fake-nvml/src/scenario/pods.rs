@@ -376,7 +376,7 @@ fn device_id(gpus: &[Gpu], device: &DeviceRef) -> Result<String, String> {
             let instance = instances
                 .get(m as usize)
                 .ok_or_else(|| format!("GPU {} has no MIG instance {m} (it has {})", device.gpu, instances.len()))?;
-            let mixed = instance.mixed_resource();
+            let mixed = super::mig::mixed_resource(&instance.profile, &gpu.mig_profiles);
             if device.resource != mixed && device.resource != "nvidia.com/gpu" {
                 return Err(format!(
                     "MIG instance {m} of GPU {} is a {}; its resource is {mixed} (or nvidia.com/gpu), not {}",
