@@ -16,7 +16,9 @@
 //!   MIG mode (seven 1g.18gb, two 3g.71gb): the plugin's mixed strategy advertises
 //!   `nvidia.com/mig-1g.18gb` and `nvidia.com/mig-3g.71gb` (names from fake-nvml's
 //!   profiles through go-nvlib), and the MIG device the kubelet allocates is the one the
-//!   exporter names the pod on (`mig_uuid`).
+//!   exporter names the pod on (`mig_uuid`). On a second node one instance is
+//!   `1g.18gb+me`: it is advertised under `nvidia.com/mig-1g.18gb`, where the plugin's
+//!   unanchored pattern for the plain profile takes it first.
 //! - `a_node_that_cannot_start_says_why`: a kubelet that cannot start, and a plugin that
 //!   cannot register, each stop scripts/sim-node with the cause and the log's tail.
 
