@@ -141,8 +141,7 @@ fn try_as(cp: &ControlPlane, kubeconfig: &Path, args: &[&str], stdin: &str) -> (
 /// A strategic merge patch of node `name`'s status with the token of `kubeconfig`,
 /// straight to the API server; (succeeded, the answer).
 fn patch_status(cp: &ControlPlane, kubeconfig: &Path, name: &str, body: &str) -> (bool, String) {
-    let config = std::fs::read_to_string(kubeconfig).unwrap();
-    let token = config.lines().find_map(|l| l.trim().strip_prefix("token: ")).unwrap();
+    let token = ControlPlane::token_of(kubeconfig);
     let out = std::process::Command::new("curl")
         .args(["-sS", "-X", "PATCH", "--cacert"])
         .arg(&cp.ca)

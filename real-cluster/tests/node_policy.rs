@@ -21,7 +21,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -270,11 +269,6 @@ impl Answer {
     }
 }
 
-fn token_of(kubeconfig: &Path) -> String {
-    let config = std::fs::read_to_string(kubeconfig).unwrap();
-    config.lines().find_map(|l| l.trim().strip_prefix("token: ")).unwrap().to_string()
-}
-
 fn get_node(cp: &ControlPlane, name: &str) -> Value {
     serde_json::from_str(&cp.run(&["get", "node", name, "-o", "json", "--show-managed-fields"])).unwrap()
 }
@@ -334,7 +328,7 @@ fn the_exporter_may_change_only_what_the_allow_list_names_on_its_node() {
     });
     let out = cp.run_with_input(&["create", "-f", "-"], &pod.to_string());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let exporter = token_of(&cp.service_account(NAMESPACE, "gpu-exporter", Some("gpu-exporter-probe")));
+    let exporter = ControlPlane::token_of(&cp.service_account(NAMESPACE, "gpu-exporter", Some("gpu-exporter-probe")));
     cp.run(&["create", "serviceaccount", "probe-admin", "-n", "kube-system"]);
     cp.run(&[
         "create",
@@ -343,7 +337,7 @@ fn the_exporter_may_change_only_what_the_allow_list_names_on_its_node() {
         "--clusterrole=cluster-admin",
         "--serviceaccount=kube-system:probe-admin",
     ]);
-    let admin = token_of(&cp.service_account("kube-system", "probe-admin", None));
+    let admin = ControlPlane::token_of(&cp.service_account("kube-system", "probe-admin", None));
 
     let mut rows = Vec::new();
     let mut twins = 0;

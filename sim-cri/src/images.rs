@@ -84,11 +84,8 @@ impl ImageService for Images {
     }
 
     async fn image_fs_info(&self, _: Request<ImageFsInfoRequest>) -> Result<Response<ImageFsInfoResponse>, Status> {
-        let timestamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
         let usage = FilesystemUsage {
-            timestamp,
+            timestamp: crate::state::now_nanos(),
             fs_id: Some(FilesystemIdentifier { mountpoint: self.root.display().to_string() }),
             used_bytes: Some(UInt64Value { value: 0 }),
             inodes_used: Some(UInt64Value { value: 0 }),

@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status};
 
 use crate::proto::runtime_service_server::RuntimeService;
 use crate::proto::*;
-use crate::state::{Container as Held, Sandbox, State, StateError};
+use crate::state::{Container as Held, Sandbox, State, StateError, now_nanos};
 
 /// The runtime's name, as `crictl version` and the Node's containerRuntimeVersion show it.
 pub const RUNTIME_NAME: &str = "sim-cri";
@@ -27,12 +27,6 @@ type Listing<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 #[derive(Clone)]
 pub struct Runtime {
     pub state: Shared,
-}
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 fn to_status(e: StateError) -> Status {
@@ -189,7 +183,7 @@ impl RuntimeService for Runtime {
     ) -> Result<Response<RunPodSandboxResponse>, Status> {
         let r = request.into_inner();
         let config = r.config.ok_or_else(|| Status::invalid_argument("RunPodSandbox without a config"))?;
-        let id = self.with(|s| s.run_sandbox(config, r.runtime_handler, now())).map_err(to_status)?;
+        let id = self.with(|s| s.run_sandbox(config, r.runtime_handler, now_nanos())).map_err(to_status)?;
         tracing::info!(sandbox = %id, "pod sandbox ready");
         Ok(Response::new(RunPodSandboxResponse { pod_sandbox_id: id }))
     }
@@ -199,7 +193,7 @@ impl RuntimeService for Runtime {
         request: Request<StopPodSandboxRequest>,
     ) -> Result<Response<StopPodSandboxResponse>, Status> {
         let id = request.into_inner().pod_sandbox_id;
-        self.with(|s| s.stop_sandbox(&id, now()));
+        self.with(|s| s.stop_sandbox(&id, now_nanos()));
         Ok(Response::new(StopPodSandboxResponse {}))
     }
 
@@ -244,7 +238,7 @@ impl RuntimeService for Runtime {
     ) -> Result<Response<CreateContainerResponse>, Status> {
         let r = request.into_inner();
         let config = r.config.ok_or_else(|| Status::invalid_argument("CreateContainer without a config"))?;
-        let id = self.with(|s| s.create_container(&r.pod_sandbox_id, config, now())).map_err(to_status)?;
+        let id = self.with(|s| s.create_container(&r.pod_sandbox_id, config, now_nanos())).map_err(to_status)?;
         Ok(Response::new(CreateContainerResponse { container_id: id }))
     }
 
@@ -253,7 +247,7 @@ impl RuntimeService for Runtime {
         request: Request<StartContainerRequest>,
     ) -> Result<Response<StartContainerResponse>, Status> {
         let id = request.into_inner().container_id;
-        self.with(|s| s.start_container(&id, now())).map_err(to_status)?;
+        self.with(|s| s.start_container(&id, now_nanos())).map_err(to_status)?;
         tracing::info!(container = %id, "container running (no process)");
         Ok(Response::new(StartContainerResponse {}))
     }
@@ -263,7 +257,7 @@ impl RuntimeService for Runtime {
         request: Request<StopContainerRequest>,
     ) -> Result<Response<StopContainerResponse>, Status> {
         let id = request.into_inner().container_id;
-        self.with(|s| s.stop_container(&id, now()));
+        self.with(|s| s.stop_container(&id, now_nanos()));
         Ok(Response::new(StopContainerResponse {}))
     }
 

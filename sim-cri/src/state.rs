@@ -13,6 +13,13 @@ use std::collections::BTreeMap;
 
 use crate::proto;
 
+/// Now, in nanoseconds since the epoch, as CRI timestamps are.
+pub fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
 /// A sandbox or container id: 64 hex digits, as runtimes give them.
 fn new_id(kind: u8, n: u64) -> String {
     format!("{kind:02x}{n:062x}")

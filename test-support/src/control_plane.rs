@@ -189,6 +189,13 @@ impl ControlPlane {
         path
     }
 
+    /// The bearer token of a kubeconfig [`Self::service_account`] wrote, for requests
+    /// kubectl cannot make (a patch of `nodes/status` without reading it first).
+    pub fn token_of(kubeconfig: &Path) -> String {
+        let config = std::fs::read_to_string(kubeconfig).unwrap();
+        config.lines().find_map(|l| l.trim().strip_prefix("token: ")).unwrap().to_string()
+    }
+
     /// Waits until the EndpointSlices of Service `namespace/service` list every address
     /// of `ips` (only endpoints whose `ready` condition is true when `ready_only`), as
     /// the endpoint slice controller keeps them.

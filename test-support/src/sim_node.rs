@@ -10,7 +10,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -225,10 +225,4 @@ pub fn label<'a>(line: &'a str, label: &str) -> Option<&'a str> {
     let start = line.find(&format!("{label}=\""))? + label.len() + 2;
     let rest = &line[start..];
     Some(&rest[..rest.find('"')?])
-}
-
-/// Whether `path` is a unix socket (the kubelet's, for example).
-pub fn is_socket(path: &Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
 }
