@@ -76,7 +76,7 @@ fn main() {
     let library = build_fake(&target_dir());
     let kubelet_dir = dir.path().join("kubelet");
     std::fs::create_dir_all(&kubelet_dir).unwrap();
-    let kubelet = fake_kubelet::start_in(&scenario, &kubelet_dir).unwrap();
+    let kubelet = fake_kubelet::start_in(&scenario, "bench-node", &kubelet_dir).unwrap();
     let naming = std::env::var("BENCH_NAMING").unwrap_or_else(|_| "native".into());
     let extra = vec![
         format!("--metrics.naming={naming}"),

@@ -58,7 +58,7 @@ fn start(extra: &[&str]) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let path: PathBuf = write_scenario(dir.path(), "node.yaml", NODE_SCENARIO);
     let scenario = Scenario::load(&path).unwrap();
-    let kubelet = fake_kubelet::start_in(&scenario, dir.path()).unwrap();
+    let kubelet = fake_kubelet::start_in(&scenario, "test-node", dir.path()).unwrap();
     let mut args = vec![
         "--collect-interval".to_string(),
         "200ms".into(),
@@ -219,7 +219,7 @@ fn device_ids_of_no_gpu_here_are_counted_and_ignored() {
     use fake_kubelet::proto::{ContainerDevices, ContainerResources, PodResources};
     let node = start(&[]);
     node.exporter.wait_metrics("the owner of GPU 0", |t| owned(t, GPU0, "train"));
-    let mut listing = fake_kubelet::listing::pod_resources(&node.scenario);
+    let mut listing = fake_kubelet::listing::pod_resources(&node.scenario, "test-node");
     listing.push(PodResources {
         name: "elsewhere".into(),
         namespace: "ai".into(),

@@ -94,7 +94,8 @@ fn gpus_of(scenario: &Scenario, t: f64) -> Vec<GpuSnapshot> {
 fn list_over_the_socket_keeps_gpu_devices_as_the_plugin_named_them() {
     let dir = tempfile::tempdir().unwrap();
     let seed = scenario("seed-mixed-node");
-    let server = KubeletServer::start(dir.path().join("kubelet.sock"), fake_kubelet::lister(&seed)).unwrap();
+    let server =
+        KubeletServer::start(dir.path().join("kubelet.sock"), fake_kubelet::lister(&seed, "test-node")).unwrap();
     let allocations = runtime().block_on(client(server.socket()).list()).unwrap();
     assert_eq!(allocations.len(), 12, "one device per seed pod");
     let llm = allocations.iter().find(|a| a.pod == "llm-inference-70b").unwrap();
@@ -157,7 +158,8 @@ fn other_resources_are_ignored_unless_named() {
 fn a_client_survives_the_socket_going_away_and_coming_back() {
     let dir = tempfile::tempdir().unwrap();
     let seed = scenario("seed-mixed-node");
-    let mut server = KubeletServer::start(dir.path().join("kubelet.sock"), fake_kubelet::lister(&seed)).unwrap();
+    let mut server =
+        KubeletServer::start(dir.path().join("kubelet.sock"), fake_kubelet::lister(&seed, "test-node")).unwrap();
     let rt = runtime();
     let mut c = client(server.socket());
     assert_eq!(rt.block_on(c.list()).unwrap().len(), 12);
@@ -173,7 +175,8 @@ fn a_client_survives_the_socket_going_away_and_coming_back() {
 fn the_refresh_loop_reports_the_socket_state_and_keeps_its_schedule() {
     let dir = tempfile::tempdir().unwrap();
     let seed = scenario("seed-mixed-node");
-    let mut server = KubeletServer::start(dir.path().join("kubelet.sock"), fake_kubelet::lister(&seed)).unwrap();
+    let mut server =
+        KubeletServer::start(dir.path().join("kubelet.sock"), fake_kubelet::lister(&seed, "test-node")).unwrap();
     let interval = Duration::from_millis(100);
     let cache = Arc::new(KubeletCache::new(interval));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
@@ -282,7 +285,7 @@ fn the_pod_log_tree_names_the_scenario_pods() {
 fn the_seed_node_is_attributed_without_an_api_server() {
     let seed = scenario("seed-mixed-node");
     let dir = tempfile::tempdir().unwrap();
-    let server = fake_kubelet::start_in(&seed, dir.path()).unwrap();
+    let server = fake_kubelet::start_in(&seed, "test-node", dir.path()).unwrap();
     let cache = Arc::new(KubeletCache::new(Duration::from_secs(10)));
     cache.record_success(runtime().block_on(client(server.socket()).list()).unwrap());
     let logs = Arc::new(Mutex::new(pod_logs::scan(&dir.path().join("pods")).unwrap()));

@@ -159,7 +159,7 @@ fn counters_keep_one_identity_across_owner_changes_and_the_xid_alert_fires_once(
     let dir = tempfile::tempdir().unwrap();
     let path = write_scenario(dir.path(), "node.yaml", SCENARIO);
     let scenario = Scenario::load(&path).unwrap();
-    let mut kubelet = fake_kubelet::start_in(&scenario, dir.path()).unwrap();
+    let mut kubelet = fake_kubelet::start_in(&scenario, "test-node", dir.path()).unwrap();
     let clock = dir.path().join("clock");
     set_clock(&clock, 0.0);
     let at = |name: &str| dir.path().join(name).display().to_string();
@@ -200,7 +200,7 @@ fn counters_keep_one_identity_across_owner_changes_and_the_xid_alert_fires_once(
     assert_eq!(run.scrapes.last().unwrap().holders(), (vec!["holder".into()], vec!["holder".into()]));
 
     // The pod is replaced: same container, same GPU, a new pod.
-    let mut listing = fake_kubelet::listing::pod_resources(&scenario);
+    let mut listing = fake_kubelet::listing::pod_resources(&scenario, "test-node");
     listing[0].name = "holder-2".into();
     kubelet.lister().set_listing(listing);
     run.keep_when("replaced", 1, holder("holder-2"));

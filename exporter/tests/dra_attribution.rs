@@ -34,7 +34,7 @@ fn start(slices: bool) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let path = shipped_scenario("dra-node");
     let scenario = Scenario::load(&path).unwrap();
-    let kubelet = fake_kubelet::start_in(&scenario, dir.path()).unwrap();
+    let kubelet = fake_kubelet::start_in(&scenario, NODE, dir.path()).unwrap();
     let api = ApiServer::new();
     for i in 0..scenario.pods.len() {
         api.add_pod(scenario_pod(&scenario, i, "Running"));

@@ -1,8 +1,10 @@
 //! fake-kubelet: the kubelet as the GPU exporter sees it, simulated from a fake-nvml
 //! scenario, for tests and the demo.
 //!
-//! - [`server`]: the pod-resources v1 gRPC API (`List`, `GetAllocatableResources`) on a
+//! - [`server`]: the pod-resources v1 gRPC API (`List`, `GetAllocatableResources`, `Get`) on a
 //!   unix socket, which can be dropped and restored like a restarting kubelet's.
+//! - [`client`]: a blocking pod-resources client, for tests that ask fake-kubelet and a
+//!   real kubelet the same questions.
 //! - [`listing`]: the scenario's pods, containers and device ids as `List` answers them.
 //! - [`procfs`]: a fake `/proc/<pid>/{cgroup,stat}` for the scenario's GPU processes, in
 //!   the scenario's cgroup flavour.
@@ -17,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod join;
 pub mod listing;
 pub mod pod_logs;
@@ -31,16 +34,17 @@ use fake_nvml::scenario::Scenario;
 
 pub use server::{KubeletServer, Lister};
 
-/// A lister answering for `scenario`.
-pub fn lister(scenario: &Scenario) -> Lister {
-    Lister::new(listing::pod_resources(scenario), listing::allocatable(scenario))
+/// A lister answering for `scenario` on node `node` (the DRA driver's pool is named after
+/// it).
+pub fn lister(scenario: &Scenario, node: &str) -> Lister {
+    Lister::new(listing::pod_resources(scenario, node), listing::allocatable(scenario))
 }
 
-/// Everything the exporter reads besides NVML, for one scenario: the socket served,
-/// and the procfs and pod log trees written, under `dir` (`kubelet.sock`, `proc/`,
-/// `pods/`).
-pub fn start_in(scenario: &Scenario, dir: &Path) -> anyhow::Result<KubeletServer> {
+/// Everything the exporter reads besides NVML, for one scenario on node `node`: the
+/// socket served, and the procfs and pod log trees written, under `dir` (`kubelet.sock`,
+/// `proc/`, `pods/`).
+pub fn start_in(scenario: &Scenario, node: &str, dir: &Path) -> anyhow::Result<KubeletServer> {
     procfs::write_tree(scenario, &dir.join("proc"))?;
     pod_logs::write_tree(scenario, &dir.join("pods"))?;
-    Ok(KubeletServer::start(dir.join("kubelet.sock"), lister(scenario))?)
+    Ok(KubeletServer::start(dir.join("kubelet.sock"), lister(scenario, node))?)
 }

@@ -2,23 +2,31 @@
 //!
 //! Like a real kubelet, `List` names every container of every pod, with or without
 //! devices; device ids are what the NVIDIA device plugin reports (GPU UUID, MIG UUID, or
-//! `<uuid>::<replica>` under time-slicing), and devices held through ResourceClaims are
-//! in `dynamic_resources`, one entry per claim, by driver, pool and device name. `GetAllocatableResources` lists each device
-//! the node offers: every MIG instance, every whole GPU, and for time-sliced GPUs the
-//! replicas the scenario allocates, except the GPUs the DRA driver publishes.
+//! `<uuid>::<replica>` under time-slicing), each in a `ContainerDevices` of its own with
+//! its GPU's NUMA node, as the kubelet v1.37 answers for NVIDIA's plugin, which reports
+//! each device's NUMA node from the GPU's PCI `numa_node` (pkg/kubelet/cm/
+//! container_manager.go `containerDevicesFromResourceDeviceInstances`: an entry per
+//! device and NUMA node; fake-nvml's host tree places GPUs as
+//! `fake_nvml::topology::numa_node` does; found by real-cluster/tests/real_kubelet.rs).
+//! Devices held through ResourceClaims are in `dynamic_resources`, one entry per claim,
+//! by driver, pool (the node's name, as NVIDIA's DRA driver names its pool) and device
+//! name. `GetAllocatableResources` lists each device the node offers, one per entry too:
+//! every MIG instance and every whole GPU, except the GPUs the DRA driver publishes;
+//! under the scenario's `time_slicing` each whole GPU's replicas, as the plugin offers
+//! them, and without it the replicas the scenario's pods hold.
 
-use fake_nvml::scenario::mig::mixed_resource;
+use fake_nvml::scenario::mig::offered_as;
 use std::collections::BTreeSet;
 
 use fake_nvml::scenario::{Container, Scenario};
 
 use crate::proto::{
     AllocatableResourcesResponse, CdiDevice, ClaimResource, ContainerDevices, ContainerResources, DynamicResource,
-    PodResources,
+    NumaNode, PodResources, TopologyInfo,
 };
 
-/// The `List` answer for a scenario.
-pub fn pod_resources(scenario: &Scenario) -> Vec<PodResources> {
+/// The `List` answer for a scenario on node `node`.
+pub fn pod_resources(scenario: &Scenario, node: &str) -> Vec<PodResources> {
     scenario
         .pods
         .iter()
@@ -28,35 +36,31 @@ pub fn pod_resources(scenario: &Scenario) -> Vec<PodResources> {
             containers: pod
                 .containers
                 .iter()
-                .map(|c| {
-                    let resources: BTreeSet<&str> = c.devices.iter().map(|(r, _)| r.as_str()).collect();
-                    ContainerResources {
-                        name: c.name.clone(),
-                        devices: resources
-                            .into_iter()
-                            .map(|resource| ContainerDevices {
-                                resource_name: resource.to_string(),
-                                device_ids: c
-                                    .devices
-                                    .iter()
-                                    .filter(|(r, _)| r == resource)
-                                    .map(|(_, id)| id.clone())
-                                    .collect(),
-                                topology: None,
-                            })
-                            .collect(),
-                        cpu_ids: Vec::new(),
-                        memory: Vec::new(),
-                        dynamic_resources: dynamic_resources(scenario, &pod.namespace, c),
-                    }
+                .map(|c| ContainerResources {
+                    name: c.name.clone(),
+                    devices: c.devices.iter().map(|(resource, id)| one_device(scenario, resource, id)).collect(),
+                    cpu_ids: Vec::new(),
+                    memory: Vec::new(),
+                    dynamic_resources: dynamic_resources(scenario, node, &pod.namespace, c),
                 })
                 .collect(),
         })
         .collect()
 }
 
+/// One device as the kubelet lists it: alone in its entry, with its GPU's NUMA node.
+fn one_device(scenario: &Scenario, resource: &str, id: &str) -> ContainerDevices {
+    let uuid = id.split_once("::").map_or(id, |(uuid, _)| uuid);
+    let gpu = scenario.gpus.iter().find(|g| g.uuid == uuid || g.mig.iter().flatten().any(|i| i.uuid == uuid));
+    let count = u32::try_from(scenario.gpus.len()).unwrap_or(u32::MAX);
+    let topology = gpu.map(|g| TopologyInfo {
+        nodes: vec![NumaNode { id: i64::from(fake_nvml::topology::numa_node(g.index, count)) }],
+    });
+    ContainerDevices { resource_name: resource.to_string(), device_ids: vec![id.to_string()], topology }
+}
+
 /// A container's claims as pod-resources reports them: one entry per claim.
-fn dynamic_resources(scenario: &Scenario, namespace: &str, container: &Container) -> Vec<DynamicResource> {
+fn dynamic_resources(scenario: &Scenario, node: &str, namespace: &str, container: &Container) -> Vec<DynamicResource> {
     let Some(dra) = &scenario.dra else { return Vec::new() };
     let claims: BTreeSet<&str> = container.claims.iter().map(|c| c.claim.as_str()).collect();
     claims
@@ -71,7 +75,7 @@ fn dynamic_resources(scenario: &Scenario, namespace: &str, container: &Container
                 .map(|c| ClaimResource {
                     cdi_devices: vec![CdiDevice { name: format!("k8s.{}/claim={}-{}", dra.driver, claim, c.device) }],
                     driver_name: dra.driver.clone(),
-                    pool_name: dra.pool.clone(),
+                    pool_name: node.to_string(),
                     device_name: c.device.clone(),
                     share_id: None,
                 })
@@ -90,18 +94,23 @@ pub fn allocatable(scenario: &Scenario) -> AllocatableResourcesResponse {
         .map(|(r, id)| (r.as_str(), id.as_str()))
         .collect();
     let mut devices: Vec<ContainerDevices> = Vec::new();
-    let mut add = |resource: String, id: String| match devices.iter_mut().find(|d| d.resource_name == resource) {
-        Some(d) => d.device_ids.push(id),
-        None => devices.push(ContainerDevices { resource_name: resource, device_ids: vec![id], topology: None }),
-    };
+    let mut add = |resource: String, id: String| devices.push(one_device(scenario, &resource, &id));
     // The DRA driver's GPUs are not the device plugin's to offer.
     let dra_gpu = |index: u32| scenario.dra.as_ref().is_some_and(|d| d.publishes(index));
     for gpu in scenario.gpus.iter().filter(|g| !dra_gpu(g.index)) {
-        let bases: Vec<(String, String)> = match &gpu.mig {
-            Some(instances) => {
-                instances.iter().map(|i| (mixed_resource(&i.profile, &gpu.mig_profiles), i.uuid.clone())).collect()
+        let plugin = scenario.device_plugin;
+        let bases: Vec<(String, String)> = match (&gpu.mig, plugin.time_slicing) {
+            (Some(instances), _) => instances
+                .iter()
+                .map(|i| (offered_as(plugin.mig_strategy, &i.profile, &gpu.mig_profiles), i.uuid.clone()))
+                .collect(),
+            (None, Some(shared)) => {
+                for n in 0..shared.replicas {
+                    add(shared.resource().to_string(), format!("{}::{n}", gpu.uuid));
+                }
+                continue;
             }
-            None => vec![("nvidia.com/gpu".to_string(), gpu.uuid.clone())],
+            (None, None) => vec![("nvidia.com/gpu".to_string(), gpu.uuid.clone())],
         };
         for (resource, uuid) in bases {
             let replicas: Vec<&str> = allocated

@@ -31,6 +31,9 @@ struct Args {
     /// The scenario (the same file the simulated NVML library reads).
     #[arg(long, env = "FAKE_NVML_SCENARIO")]
     scenario: Option<PathBuf>,
+    /// The node's name: the pool of its DRA driver's devices is named after it.
+    #[arg(long, env = "NODE_NAME", default_value = "sim-node")]
+    node_name: String,
     /// Where to serve pod-resources v1.
     #[arg(long, default_value = "/var/lib/kubelet/pod-resources/kubelet.sock")]
     socket: PathBuf,
@@ -101,7 +104,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     if let Some(dir) = &args.pod_logs {
         fake_kubelet::pod_logs::write_tree(&scenario, dir)?;
     }
-    let mut server = KubeletServer::start(&args.socket, fake_kubelet::lister(&scenario))?;
+    let mut server = KubeletServer::start(&args.socket, fake_kubelet::lister(&scenario, &args.node_name))?;
     tracing::info!(socket = %args.socket.display(), pods = scenario.pods.len(), "serving pod-resources v1");
     let (commands, received) = mpsc::channel();
     std::thread::Builder::new().name("signals".into()).spawn(move || forward_signals(&commands))?;

@@ -1,4 +1,5 @@
-//! The pod-resources v1 gRPC server on a unix socket, and a handle that can take the
+//! The pod-resources v1 gRPC server (`List`, `GetAllocatableResources`, `Get`) on a
+//! unix socket, and a handle that can take the
 //! socket away and bring it back, as a kubelet restart does.
 
 use std::path::{Path, PathBuf};
@@ -12,8 +13,8 @@ use tonic::{Request, Response, Status};
 
 use crate::proto::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
 use crate::proto::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse,
-    PodResources,
+    AllocatableResourcesRequest, AllocatableResourcesResponse, GetPodResourcesRequest, GetPodResourcesResponse,
+    ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
 };
 
 /// Why the socket could not be served.
@@ -75,6 +76,20 @@ impl PodResourcesLister for Lister {
         _request: Request<AllocatableResourcesRequest>,
     ) -> std::result::Result<Response<AllocatableResourcesResponse>, Status> {
         Ok(Response::new(self.allocatable.read().unwrap_or_else(PoisonError::into_inner).clone()))
+    }
+
+    /// One pod, as `List` names it; an unknown pod is the kubelet's own error, which
+    /// gRPC carries as `Unknown` (pkg/kubelet/apis/podresources/server_v1.go `Get`).
+    async fn get(
+        &self,
+        request: Request<GetPodResourcesRequest>,
+    ) -> std::result::Result<Response<GetPodResourcesResponse>, Status> {
+        let GetPodResourcesRequest { pod_name, pod_namespace } = request.into_inner();
+        let listing = self.listing.read().unwrap_or_else(PoisonError::into_inner);
+        match listing.iter().find(|p| p.name == pod_name && p.namespace == pod_namespace) {
+            Some(pod) => Ok(Response::new(GetPodResourcesResponse { pod_resources: Some(pod.clone()) })),
+            None => Err(Status::unknown(format!("pod {pod_name} in namespace {pod_namespace} not found"))),
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The ResourceSlice the node's DRA driver publishes, from the scenario: one slice of
-//! the driver's pool with a device per whole GPU and per MIG instance, carrying the
+//! the driver's pool (named after the node, as NVIDIA's driver names it) with a device per whole GPU and per MIG instance, carrying the
 //! attributes NVIDIA's DRA driver sets (`type`, `uuid`, `productName`, and on MIG
 //! devices `parentUUID` and `profile`). The in-test API servers serve it; the exporter
 //! maps the kubelet's `dynamic_resources` to GPUs through it.
@@ -43,7 +43,7 @@ pub fn resource_slices(scenario: &Scenario, node: &str) -> Vec<ResourceSlice> {
         spec: ResourceSliceSpec {
             driver: dra.driver.clone(),
             node_name: Some(node.to_string()),
-            pool: ResourcePool { name: dra.pool.clone(), generation: 1, resource_slice_count: 1 },
+            pool: ResourcePool { name: node.to_string(), generation: 1, resource_slice_count: 1 },
             devices: Some(devices),
             ..ResourceSliceSpec::default()
         },

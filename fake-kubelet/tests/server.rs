@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use fake_kubelet::client::PodResourcesClient;
 use fake_kubelet::proto::pod_resources_lister_client::PodResourcesListerClient;
 use fake_kubelet::proto::{AllocatableResourcesRequest, ListPodResourcesRequest};
 use fake_kubelet::{KubeletServer, lister};
@@ -31,7 +32,7 @@ async fn client(socket: PathBuf) -> Result<PodResourcesListerClient<Channel>, to
 fn list_answers_the_seed_pods_with_device_plugin_ids() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = seed();
-    let server = KubeletServer::start(dir.path().join("kubelet.sock"), lister(&scenario)).unwrap();
+    let server = KubeletServer::start(dir.path().join("kubelet.sock"), lister(&scenario, "sim-node")).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let (list, allocatable) = rt.block_on(async {
         let mut c = client(server.socket().to_path_buf()).await.unwrap();
@@ -55,12 +56,41 @@ fn list_answers_the_seed_pods_with_device_plugin_ids() {
     assert_eq!(count("nvidia.com/mig-1g.10gb"), 7);
     assert_eq!(count("nvidia.com/gpu"), 8);
     assert_eq!(server.lister().list_calls(), 1);
+    // As the kubelet lists them for NVIDIA's plugin: one device per entry, with the NUMA
+    // node of its GPU (the seed's four GPUs: 0 and 1 on node 0, 2 and 3 on node 1).
+    let entries = list.pod_resources.iter().flat_map(|p| &p.containers).flat_map(|c| &c.devices);
+    for entry in entries.chain(&allocatable.devices) {
+        assert_eq!(entry.device_ids.len(), 1, "{entry:?}");
+        let numa: Vec<i64> = entry.topology.iter().flat_map(|t| &t.nodes).map(|n| n.id).collect();
+        let on_second = ["GPU-a0000000-0000-4000-8000-000000000200", "GPU-a0000000-0000-4000-8000-000000000300"]
+            .iter()
+            .any(|gpu| entry.device_ids[0].starts_with(gpu));
+        assert_eq!(numa, [i64::from(on_second)], "{entry:?}");
+    }
+}
+
+#[test]
+fn get_answers_one_pod_as_list_does_and_an_unknown_pod_as_the_kubelet_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = seed();
+    let server = KubeletServer::start(dir.path().join("kubelet.sock"), lister(&scenario, "sim-node")).unwrap();
+    let mut c = PodResourcesClient::connect(server.socket()).unwrap();
+    let list = c.list().unwrap();
+    assert_eq!(list.len(), scenario.pods.len());
+    for pod in &list {
+        assert_eq!(c.get(&pod.namespace, &pod.name).unwrap().as_ref(), Some(pod));
+    }
+    let refused = c.get("ai-inference", "gone").unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unknown);
+    assert_eq!(refused.message(), "pod gone in namespace ai-inference not found");
+    let missing = PodResourcesClient::connect(&dir.path().join("nothing.sock")).unwrap_err().to_string();
+    assert!(missing.contains("nothing.sock: cannot connect"), "{missing}");
 }
 
 #[test]
 fn the_socket_can_be_dropped_and_restored() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = KubeletServer::start(dir.path().join("kubelet.sock"), lister(&seed())).unwrap();
+    let mut server = KubeletServer::start(dir.path().join("kubelet.sock"), lister(&seed(), "sim-node")).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let socket = server.socket().to_path_buf();
     let mut held = rt.block_on(client(socket.clone())).unwrap();
@@ -80,7 +110,7 @@ fn the_socket_can_be_dropped_and_restored() {
 #[test]
 fn the_listing_can_change_while_serving() {
     let dir = tempfile::tempdir().unwrap();
-    let server = KubeletServer::start(dir.path().join("kubelet.sock"), lister(&seed())).unwrap();
+    let server = KubeletServer::start(dir.path().join("kubelet.sock"), lister(&seed(), "sim-node")).unwrap();
     server.lister().set_listing(Vec::new());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let list = rt.block_on(async {

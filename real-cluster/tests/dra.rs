@@ -39,7 +39,7 @@ fn scenario(faults: &[&str]) -> String {
     let faults = if faults.is_empty() { String::new() } else { format!(", faults: [{}]", faults.join(", ")) };
     format!(
         "gpus:\n  - {{model: H100-SXM5-80GB, uuid: {}{faults}}}\n  - {{model: H100-SXM5-80GB, uuid: {}}}\ndra: \
-         {{driver: gpu.nvidia.com, pool: {NODE}, gpus: [0, 1]}}\n",
+         {{driver: gpu.nvidia.com, gpus: [0, 1]}}\n",
         UUID[0], UUID[1]
     )
 }

@@ -11,7 +11,8 @@
 //!   same GPU.
 //! - `time_sliced_replicas_are_allocated_and_attributed`: `sharing.timeSlicing` with four
 //!   replicas, renamed `nvidia.com/gpu.shared` (`renameByDefault`): the replica IDs
-//!   `<uuid>::<n>` the kubelet allocates are attributed to their pods.
+//!   `<uuid>::<n>` the kubelet allocates are attributed to their pods; then without
+//!   `renameByDefault`, as `nvidia.com/gpu`.
 //! - `mig_instances_under_the_mixed_strategy_are_allocated_and_attributed`: two H200s in
 //!   MIG mode (seven 1g.18gb, two 3g.71gb): the plugin's mixed strategy advertises
 //!   `nvidia.com/mig-1g.18gb` and `nvidia.com/mig-3g.71gb` (names from fake-nvml's
@@ -19,6 +20,13 @@
 //!   exporter names the pod on (`mig_uuid`). On a second node one instance is
 //!   `1g.18gb+me`: it is advertised under `nvidia.com/mig-1g.18gb`, where the plugin's
 //!   unanchored pattern for the plain profile takes it first.
+//! - `mig_instances_under_the_single_strategy_are_allocated_and_attributed`: both H200s
+//!   as seven 1g.18gb; the single strategy advertises the fourteen instances as
+//!   `nvidia.com/gpu`, and a pod's two are attributed by their MIG UUIDs.
+//! - Each of those also holds fake-kubelet to the real kubelet
+//!   (`assert_fake_kubelet_agrees`): the real allocation written as a scenario is
+//!   answered the same by fake-kubelet (`List`, `Get`, `GetAllocatableResources`), and the
+//!   exporter attributes it the same through either.
 //! - `a_node_that_cannot_start_says_why`: a kubelet that cannot start, and a plugin that
 //!   cannot register, each stop scripts/sim-node with the cause and the log's tail.
 
@@ -27,10 +35,13 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use fake_kubelet::client::PodResourcesClient;
+use fake_kubelet::proto::{ContainerDevices, PodResources};
+use fake_nvml::scenario::Scenario;
 use serde_json::Value;
 use test_support::control_plane::ControlPlane;
-use test_support::sim_node::{SimNode, SimNodeOptions, label, series};
-use test_support::simulated::wait_until_ok;
+use test_support::sim_node::{NodeExporter, SimNode, SimNodeOptions, label, series};
+use test_support::simulated::{Clock, NodeOptions, SimulatedNode, wait_until_ok};
 
 fn scenario() -> String {
     std::fs::read_to_string(test_support::simulated::workspace().join("fake-nvml/scenarios/h100-8gpu-node.yaml"))
@@ -85,6 +96,131 @@ fn attributed(page: &str, name: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// A pod as pod-resources answers for it, in an order that does not depend on the
+/// kubelet's map iteration: containers by name, each one's devices by resource and id.
+fn normal(pod: &PodResources) -> PodResources {
+    let mut pod = pod.clone();
+    pod.containers.sort_by(|a, b| a.name.cmp(&b.name));
+    for c in &mut pod.containers {
+        c.devices.sort_by(|a, b| (&a.resource_name, &a.device_ids).cmp(&(&b.resource_name, &b.device_ids)));
+    }
+    pod
+}
+
+fn normal_devices(devices: &[ContainerDevices]) -> Vec<ContainerDevices> {
+    let mut devices = devices.to_vec();
+    devices.sort_by(|a, b| (&a.resource_name, &a.device_ids).cmp(&(&b.resource_name, &b.device_ids)));
+    devices
+}
+
+/// The allocation the real kubelet made for `pods`, written as the `pods` of a fake-nvml
+/// scenario for the node's GPUs: each device ID back to the GPU, MIG instance or replica
+/// it names.
+fn allocation_as_scenario(base_yaml: &str, plugin: &str, real: &[PodResources]) -> String {
+    let base = Scenario::parse("base.yaml", base_yaml).unwrap();
+    let device = |resource: &str, id: &str| -> String {
+        let (uuid, replica) = match id.split_once("::") {
+            Some((u, r)) => (u, format!(", replica: {r}")),
+            None => (id, String::new()),
+        };
+        for gpu in &base.gpus {
+            if gpu.uuid == uuid {
+                return format!("{{resource: {resource}, gpu: {}{replica}}}", gpu.index);
+            }
+            if let Some(i) = gpu.mig.iter().flatten().find(|i| i.uuid == uuid) {
+                return format!("{{resource: {resource}, gpu: {}, mig: {}}}", gpu.index, i.index);
+            }
+        }
+        panic!("the real kubelet allocated {id}, which the scenario does not have");
+    };
+    let mut yaml: serde_yaml_ng::Mapping = serde_yaml_ng::from_str(base_yaml).unwrap();
+    for key in ["pods", "host_processes", "device_plugin"] {
+        yaml.remove(key);
+    }
+    let mut text = serde_yaml_ng::to_string(&yaml).unwrap();
+    text.push_str(&format!("device_plugin: {plugin}\npods:\n"));
+    for pod in real {
+        text.push_str(&format!("  - namespace: {}\n    name: {}\n    containers:\n", pod.namespace, pod.name));
+        for c in &pod.containers {
+            let devices: Vec<String> =
+                c.devices.iter().flat_map(|d| d.device_ids.iter().map(|id| device(&d.resource_name, id))).collect();
+            text.push_str(&format!("      - {{name: {}, devices: [{}]}}\n", c.name, devices.join(", ")));
+        }
+    }
+    text
+}
+
+/// The contract fake-kubelet keeps with the real kubelet: the real one's allocation for
+/// `pods`, written as a scenario with the plugin's settings (`plugin`, the scenario's
+/// `device_plugin`), is answered by fake-kubelet as the real one answers it (`List`'s
+/// entries for those pods, `Get`, `GetAllocatableResources`' devices), and the exporter
+/// attributes the same devices to the same pods through either (`exporter_args` given
+/// to both).
+fn assert_fake_kubelet_agrees(
+    node: &SimNode,
+    real_exporter: &NodeExporter,
+    base_yaml: &str,
+    plugin: &str,
+    pods: &[&str],
+    exporter_args: &[&str],
+) {
+    let mut real = PodResourcesClient::connect(&node.pod_resources_socket()).unwrap();
+    let real_pods: Vec<PodResources> =
+        real.list().unwrap().into_iter().filter(|p| pods.contains(&p.name.as_str())).map(|p| normal(&p)).collect();
+    assert_eq!(real_pods.len(), pods.len(), "the real kubelet lists {pods:?}: {real_pods:?}");
+    let scenario_yaml = allocation_as_scenario(base_yaml, plugin, &real_pods);
+    let dir = tempfile::tempdir().unwrap();
+    let scenario_file = dir.path().join("allocation.yaml");
+    std::fs::write(&scenario_file, &scenario_yaml).unwrap();
+    let scenario = Scenario::load(&scenario_file).unwrap_or_else(|e| panic!("{e}\n{scenario_yaml}"));
+    let fake_server = fake_kubelet::start_in(&scenario, &node.name, dir.path()).unwrap();
+    let mut fake = PodResourcesClient::connect(fake_server.socket()).unwrap();
+
+    let fake_pods: Vec<PodResources> = fake.list().unwrap().iter().map(normal).collect();
+    assert_eq!(fake_pods, real_pods, "List, fake-kubelet against the real kubelet");
+    for pod in &real_pods {
+        let from_real = real.get(&pod.namespace, &pod.name).unwrap().map(|p| normal(&p));
+        let from_fake = fake.get(&pod.namespace, &pod.name).unwrap().map(|p| normal(&p));
+        assert_eq!(from_fake, from_real, "Get {}/{}", pod.namespace, pod.name);
+    }
+    let gone = (real.get("default", "no-such-pod").unwrap_err(), fake.get("default", "no-such-pod").unwrap_err());
+    assert_eq!((gone.1.code(), gone.1.message()), (gone.0.code(), gone.0.message()), "Get of an unknown pod");
+    assert_eq!(
+        normal_devices(&fake.allocatable().unwrap().devices),
+        normal_devices(&real.allocatable().unwrap().devices),
+        "GetAllocatableResources, fake-kubelet against the real kubelet"
+    );
+
+    // The exporter's attribution through each: the pods on the same devices.
+    let through_fake = SimulatedNode::start_with(
+        &node.name,
+        &scenario_file,
+        Clock::Frozen(0.0),
+        NodeOptions { args: exporter_args, ..NodeOptions::default() },
+    );
+    let attribution = |page: &str| -> BTreeSet<String> {
+        series(page, "gpu_device_pod_info", &[])
+            .into_iter()
+            .filter(|l| pods.iter().any(|p| l.contains(&format!("pod=\"{p}\""))))
+            .map(|l| l.rsplit_once(' ').map_or(l, |(labels, _)| labels).to_string())
+            .collect()
+    };
+    let holding: Vec<&str> = real_pods
+        .iter()
+        .filter(|p| p.containers.iter().any(|c| !c.devices.is_empty()))
+        .map(|p| p.name.as_str())
+        .collect();
+    let want = wait_until_ok("the exporter on the real kubelet naming every pod", Duration::from_secs(30), || {
+        let seen = attribution(&real_exporter.metrics());
+        let named = |p: &&str| seen.iter().any(|l| l.contains(&format!("pod=\"{p}\"")));
+        if holding.iter().all(named) { Ok(seen) } else { Err(format!("{holding:?}: {seen:#?}")) }
+    });
+    wait_until_ok("the same attribution through fake-kubelet", Duration::from_secs(30), || {
+        let got = attribution(&through_fake.metrics());
+        if got == want { Ok(()) } else { Err(format!("fake-kubelet: {got:#?}\nreal kubelet: {want:#?}")) }
+    });
+}
+
 #[test]
 fn the_real_kubelet_allocates_whole_gpus_and_the_exporter_attributes_them() {
     let cp = ControlPlane::start();
@@ -106,6 +242,9 @@ fn the_real_kubelet_allocates_whole_gpus_and_the_exporter_attributes_them() {
         if found.len() == 2 { Ok(found) } else { Err(format!("{found:?}\n{}", exporter.log_tail(5))) }
     });
     assert_eq!(seen, allocated, "the exporter attributes what the real kubelet allocated");
+    cp.apply(&pod("idle", "sim-whole", "cpu", 1));
+    wait_running(&cp, "idle", &node);
+    assert_fake_kubelet_agrees(&node, &exporter, &scenario(), "{}", &["trainer", "idle"], &[]);
 
     // XID 79 on a GPU the trainer does not hold: NVIDIA's plugin marks it unhealthy and
     // the kubelet advertises one fewer; the exporter's health loop judges the same GPU.
@@ -181,6 +320,28 @@ fn time_sliced_replicas_are_allocated_and_attributed() {
             if any { Ok(()) } else { Err(format!("{found:?}\n{}", exporter.log_tail(5))) }
         });
     }
+    let renamed = "{time_slicing: {replicas: 4, rename_by_default: true}}";
+    let names = ["--kubelet.resource-names", "nvidia.com/gpu.shared"];
+    assert_fake_kubelet_agrees(&node, &exporter, &scenario(), renamed, &["chat-0", "chat-1"], &names);
+
+    // Without renameByDefault the replicas keep the plain resource name, which the
+    // exporter reads by default.
+    let config = config.replace("renameByDefault: true", "renameByDefault: false");
+    let options = SimNodeOptions { plugin_config: Some(config), ..SimNodeOptions::default() };
+    let plain = SimNode::start(&cp, "sim-shared-plain", &scenario(), &options).unwrap();
+    wait_until_ok("32 replicas as nvidia.com/gpu", Duration::from_secs(60), || {
+        match allocatable(&cp, "sim-shared-plain", "nvidia.com/gpu") {
+            Some(32) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let exporter = plain.start_exporter(&[]);
+    cp.apply(&pod("chat-plain", "sim-shared-plain", "nvidia.com/gpu", 1));
+    wait_running(&cp, "chat-plain", &plain);
+    let ids = checkpointed(&cp, &plain, "chat-plain");
+    assert!(ids.iter().all(|id| id.contains("::")) && ids.len() == 1, "one replica: {ids:?}");
+    let plugin = "{time_slicing: {replicas: 4}}";
+    assert_fake_kubelet_agrees(&plain, &exporter, &scenario(), plugin, &["chat-plain"], &[]);
 }
 
 #[test]
@@ -218,6 +379,7 @@ fn mig_instances_under_the_mixed_strategy_are_allocated_and_attributed() {
             other => Err(format!("{other:?}\n{}", exporter.log_tail(5))),
         }
     });
+    assert_fake_kubelet_agrees(&node, &exporter, &scenario, "{mig_strategy: mixed}", &["small"], &[]);
 
     // A media-extension instance (`1g.18gb+me`): NVIDIA's plugin lists a pattern per
     // profile in profile order and matches it anywhere in the name, so the plain
@@ -239,6 +401,45 @@ fn mig_instances_under_the_mixed_strategy_are_allocated_and_attributed() {
             )),
         }
     });
+}
+
+#[test]
+fn mig_instances_under_the_single_strategy_are_allocated_and_attributed() {
+    let cp = ControlPlane::start();
+    // The single strategy wants one profile on every GPU: both H200s as seven 1g.18gb.
+    let h200 =
+        std::fs::read_to_string(test_support::simulated::workspace().join("fake-nvml/scenarios/h200-mig-node.yaml"))
+            .unwrap();
+    assert!(h200.contains("layout: all-3g.71gb"), "the H200 MIG scenario's layout");
+    let scenario = h200.replace("layout: all-3g.71gb", "layout: all-1g.18gb");
+    let options = SimNodeOptions { mig_strategy: Some("single"), ..SimNodeOptions::default() };
+    let node = SimNode::start(&cp, "sim-single", &scenario, &options).unwrap();
+    wait_until_ok("fourteen MIG devices as nvidia.com/gpu", Duration::from_secs(60), || {
+        match (
+            allocatable(&cp, "sim-single", "nvidia.com/gpu"),
+            allocatable(&cp, "sim-single", "nvidia.com/mig-1g.18gb"),
+        ) {
+            (Some(14), None | Some(0)) => Ok(()),
+            other => Err(format!(
+                "{other:?}\n{}",
+                node.log("device-plugin").lines().rev().take(5).collect::<Vec<_>>().join("\n")
+            )),
+        }
+    });
+    let exporter = node.start_exporter(&[]);
+    cp.apply(&pod("single", "sim-single", "nvidia.com/gpu", 2));
+    wait_running(&cp, "single", &node);
+    let allocated = checkpointed(&cp, &node, "single");
+    assert!(allocated.len() == 2 && allocated.iter().all(|id| id.starts_with("MIG-")), "{allocated:?}");
+    wait_until_ok("the exporter naming the pod on both instances", Duration::from_secs(30), || {
+        let page = exporter.metrics();
+        let on: BTreeSet<String> = series(&page, "gpu_device_pod_info", &[("pod", "single")])
+            .into_iter()
+            .filter_map(|l| label(l, "mig_uuid").map(str::to_string))
+            .collect();
+        if on == allocated { Ok(()) } else { Err(format!("{on:?}\n{}", exporter.log_tail(5))) }
+    });
+    assert_fake_kubelet_agrees(&node, &exporter, &scenario, "{mig_strategy: single}", &["single"], &[]);
 }
 
 #[test]

@@ -212,6 +212,7 @@ impl SimulatedNode {
         let kubelet = Command::new(bin.join("fake-kubelet"))
             .arg("--scenario")
             .arg(scenario)
+            .args(["--node-name", name])
             .arg("--socket")
             .arg(&socket)
             .arg("--procfs")

@@ -247,7 +247,9 @@ impl std::ops::Deref for Node {
 /// are on the page.
 pub fn start_node(scenario: &Path, frozen_at: Option<f64>, args: &[&str]) -> Node {
     let dir = tempfile::tempdir().unwrap();
-    let kubelet = fake_kubelet::start_in(&fake_nvml::scenario::Scenario::load(scenario).unwrap(), dir.path()).unwrap();
+    let kubelet =
+        fake_kubelet::start_in(&fake_nvml::scenario::Scenario::load(scenario).unwrap(), "test-node", dir.path())
+            .unwrap();
     let at = |name: &str| dir.path().join(name).display().to_string();
     let exporter = Launch::scenario(scenario, frozen_at)
         .args(&["--collect-interval", "200ms", "--nvml.call-timeout", "150ms"])

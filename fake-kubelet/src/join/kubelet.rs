@@ -326,12 +326,18 @@ async fn claimed_devices(
     let Some(claims) = spec.resource_claims.as_ref().filter(|c| !c.is_empty()) else {
         return Ok(super::Claimed::new());
     };
-    let Some(dra) = fleet.lock().await.nodes[index].base.dra.clone() else {
+    let (dra, node_name) = {
+        let f = fleet.lock().await;
+        let node = &f.nodes[index];
+        (node.base.dra.clone(), node.settings.name.clone())
+    };
+    let Some(dra) = dra else {
         return Err(ClaimWait::Never("the pod has ResourceClaims and the node no DRA driver".into()));
     };
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &namespace);
-    // The pod's name for a claim → the claim's devices from this node's pool.
+    // The pod's name for a claim → the claim's devices from this node's pool (named after
+    // the node, as NVIDIA's DRA driver names it).
     let mut by_pod_name: std::collections::BTreeMap<String, (String, Vec<String>)> = Default::default();
     for c in claims {
         let Some(name) = &c.resource_claim_name else {
@@ -352,7 +358,7 @@ async fn claimed_devices(
             .and_then(|d| d.results)
             .ok_or_else(|| ClaimWait::Retry(format!("ResourceClaim {namespace}/{name} is not allocated yet")))?;
         let devices =
-            results.into_iter().filter(|r| r.driver == dra.driver && r.pool == dra.pool).map(|r| r.device).collect();
+            results.into_iter().filter(|r| r.driver == dra.driver && r.pool == node_name).map(|r| r.device).collect();
         by_pod_name.insert(c.name.clone(), (name.clone(), devices));
     }
     Ok(spec

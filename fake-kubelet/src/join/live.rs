@@ -262,8 +262,8 @@ mod tests {
 
     #[test]
     fn a_device_held_through_a_claim_is_written_as_the_claim_with_its_process() {
-        let base_text = "gpus:\n  - model: H100-SXM5-80GB\n  - model: H100-SXM5-80GB\ndra: {driver: gpu.nvidia.com, pool: \
-                         n1, gpus: [1]}\n";
+        let base_text =
+            "gpus:\n  - model: H100-SXM5-80GB\n  - model: H100-SXM5-80GB\ndra: {driver: gpu.nvidia.com, gpus: [1]}\n";
         let base = Scenario::parse("node.yaml", base_text).unwrap();
         let claimed = Device {
             resource: "gpu.nvidia.com".into(),

@@ -358,7 +358,7 @@ fn rewrite(fleet: &mut Fleet) -> Result<()> {
         })?;
         remove_stale_pids(&proc_dir, &scenario);
         crate::pod_logs::write_tree(&scenario, &node.dir.join("pods")).map_err(io(&node.dir))?;
-        node.lister.set_listing(crate::listing::pod_resources(&scenario));
+        node.lister.set_listing(crate::listing::pod_resources(&scenario, &node.settings.name));
         std::fs::rename(&tmp, &path).map_err(io(&path))?;
         node.written = text;
     }

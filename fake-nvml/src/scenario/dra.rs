@@ -1,7 +1,7 @@
 //! GPUs handed out through Dynamic Resource Allocation on the simulated node.
 //!
 //! ```yaml
-//! dra: {driver: gpu.nvidia.com, pool: gpu-node-1, gpus: [0, 1]}
+//! dra: {driver: gpu.nvidia.com, gpus: [0, 1]}
 //! pods:
 //!   - namespace: inference
 //!     name: llm-0
@@ -9,11 +9,15 @@
 //!       - name: server
 //!         claims: [{name: llm-0-gpu, gpu: 0}, {name: llm-0-slice, gpu: 1, mig: 2}]
 //! ```
-//! The driver publishes every listed GPU (default: all) in a ResourceSlice of `pool`:
-//! each whole GPU that is not in MIG mode, and each MIG instance of one that is, named
-//! as NVIDIA's DRA driver names them (`gpu-<index>`,
-//! `gpu-<index>-mig-<profile, a DNS label>-<profile id>-<placement start>`) with the
-//! driver's attributes (`type`, `uuid`, and for MIG `parentUUID` and `profile`). The
+//! The driver publishes every listed GPU (default: all): each whole GPU that is not in
+//! MIG mode, and each MIG instance of one that is, named as NVIDIA's DRA driver names
+//! them, by the GPU's minor number (`gpu-<minor>`,
+//! `gpu-<minor>-mig-<profile, a DNS label>-<profile id>-<placement start>`:
+//! NVIDIA/k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/deviceinfo.go `CanonicalName` and
+//! mig.go `ToCanonicalName`) with the driver's attributes (`type`, `uuid`, and for MIG
+//! `parentUUID` and `profile`), in one pool named after the node, as that driver names
+//! its pool (driver.go `GenerateDriverResources`: `Pools` keyed by the node's name); the
+//! node's name is the simulated kubelet's to give, so the scenario has no pool. The
 //! simulated kubelet reports claimed devices in pod-resources' `dynamic_resources`.
 //! Pods of one namespace that name the same claim share its device, as pods that
 //! reference one ResourceClaim do.
@@ -29,8 +33,6 @@ use super::mig::MigInstance;
 pub struct DraSpec {
     #[serde(default = "default_driver")]
     pub driver: String,
-    #[serde(default = "default_pool")]
-    pub pool: String,
     /// Indexes of the GPUs the driver publishes; every GPU when absent.
     pub gpus: Option<Vec<u32>>,
 }
@@ -39,15 +41,10 @@ fn default_driver() -> String {
     "gpu.nvidia.com".into()
 }
 
-fn default_pool() -> String {
-    "sim-node".into()
-}
-
 /// The DRA driver of the node, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dra {
     pub driver: String,
-    pub pool: String,
     /// Sorted GPU indexes.
     pub gpus: Vec<u32>,
 }
@@ -90,11 +87,16 @@ impl Dra {
 /// The name the driver gives a whole GPU (`instance` `None`) or one of its MIG instances.
 pub fn device_name(gpu: &Gpu, instance: Option<&MigInstance>) -> String {
     match instance {
-        None => format!("gpu-{}", gpu.index),
+        None => format!("gpu-{}", gpu.minor_number()),
         Some(instance) => {
             // A device name is a DNS label: `1g.10gb+me` becomes `1g10gb-me`.
             let profile = instance.profile.name.replace('.', "").replace('+', "-");
-            format!("gpu-{}-mig-{profile}-{}-{}", gpu.index, instance.profile.profile_id, instance.placement_start)
+            format!(
+                "gpu-{}-mig-{profile}-{}-{}",
+                gpu.minor_number(),
+                instance.profile.profile_id,
+                instance.placement_start
+            )
         }
     }
 }
@@ -113,14 +115,11 @@ pub(super) fn resolve(spec: DraSpec, gpus: &[Gpu]) -> Result<Dra, (String, Strin
     if spec.driver.is_empty() || !spec.driver.contains('.') {
         return Err(("dra.driver".into(), format!("{:?} is not a driver name (a DNS subdomain)", spec.driver)));
     }
-    if spec.pool.is_empty() {
-        return Err(("dra.pool".into(), "must not be empty".into()));
-    }
     let mut indexes = spec.gpus.unwrap_or_else(|| gpus.iter().map(|g| g.index).collect());
     if let Some(missing) = indexes.iter().find(|i| !gpus.iter().any(|g| g.index == **i)) {
         return Err(("dra.gpus".into(), format!("there is no GPU {missing}")));
     }
     indexes.sort_unstable();
     indexes.dedup();
-    Ok(Dra { driver: spec.driver, pool: spec.pool, gpus: indexes })
+    Ok(Dra { driver: spec.driver, gpus: indexes })
 }

@@ -106,6 +106,17 @@ pub fn mixed_resource(instance: &MigProfile, profiles: &[MigProfile]) -> String 
     format!("nvidia.com/mig-{}", name.replace('+', "."))
 }
 
+/// The resource the plugin offers a MIG instance as: its [`mixed_resource`] under the
+/// mixed strategy, `nvidia.com/gpu` under the single one (internal/rm/rm.go
+/// `AddDefaultResourcesToConfig`: the single strategy adds one MIG pattern, `*`, named
+/// `gpu`).
+pub fn offered_as(strategy: super::MigStrategy, instance: &MigProfile, profiles: &[MigProfile]) -> String {
+    match strategy {
+        super::MigStrategy::Mixed => mixed_resource(instance, profiles),
+        super::MigStrategy::Single => "nvidia.com/gpu".to_string(),
+    }
+}
+
 /// The model's profiles plus the spec's extra ones; the error is (field, reason).
 fn resolve_profiles(extra: &[ProfileSpec], model: &Model) -> Result<Vec<MigProfile>, (String, String)> {
     let mut profiles = mig_profiles(model).to_vec();

@@ -66,6 +66,9 @@ pub struct ScenarioFile {
     pub kubelet: KubeletSpec,
     /// The node's DRA driver, when GPUs are allocated through ResourceClaims.
     pub dra: Option<dra::DraSpec>,
+    /// How NVIDIA's device plugin offers the GPUs (MIG strategy, time-slicing).
+    #[serde(default)]
+    pub device_plugin: DevicePlugin,
     #[serde(default)]
     pub pods: Vec<pods::PodSpec>,
     /// GPU processes that belong to no pod.
@@ -165,6 +168,51 @@ pub struct Counters {
     pub pcie_replays: u64,
 }
 
+/// How NVIDIA's device plugin (k8s-device-plugin v0.17.4) is set up on the node, for
+/// what the simulated kubelet offers and allocates:
+///
+/// ```yaml
+/// device_plugin: {mig_strategy: single, time_slicing: {replicas: 4, rename_by_default: true}}
+/// ```
+/// `mig_strategy` is its `--mig-strategy` (`mixed`, the default here: each MIG instance
+/// as `nvidia.com/mig-<profile>`; `single`: as `nvidia.com/gpu`). `time_slicing` is its
+/// config's `sharing.timeSlicing` for `nvidia.com/gpu`: each whole GPU offered as
+/// `replicas` devices `<uuid>::<n>`, under `nvidia.com/gpu.shared` with
+/// `rename_by_default`. Without it each whole GPU is offered once, or as the replicas
+/// the scenario's pods hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DevicePlugin {
+    #[serde(default)]
+    pub mig_strategy: MigStrategy,
+    pub time_slicing: Option<TimeSlicing>,
+}
+
+/// The plugin's `--mig-strategy`, where GPUs are in MIG mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MigStrategy {
+    #[default]
+    Mixed,
+    Single,
+}
+
+/// Every whole GPU shared by time-slicing ([`DevicePlugin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeSlicing {
+    pub replicas: u32,
+    #[serde(default)]
+    pub rename_by_default: bool,
+}
+
+impl TimeSlicing {
+    /// The resource the replicas are offered as.
+    pub fn resource(&self) -> &'static str {
+        if self.rename_by_default { "nvidia.com/gpu.shared" } else { "nvidia.com/gpu" }
+    }
+}
+
 /// A scenario checked and resolved against the model table, ready to simulate.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -175,6 +223,7 @@ pub struct Scenario {
     pub kubelet: KubeletSpec,
     /// `None` where no DRA driver publishes GPUs.
     pub dra: Option<Dra>,
+    pub device_plugin: DevicePlugin,
     pub pods: Vec<Pod>,
     /// Every GPU process, in pods or not.
     pub processes: Vec<Process>,
@@ -277,7 +326,12 @@ fn resolve(raw: ScenarioFile) -> Result<Scenario, FieldError> {
         gpus.push(gpu);
     }
     let dra = raw.dra.map(|spec| dra::resolve(spec, &gpus)).transpose()?;
-    let (pods, processes) = pods::resolve(&gpus, dra.as_ref(), raw.pods, raw.host_processes)?;
+    if let Some(t) = raw.device_plugin.time_slicing.filter(|t| t.replicas < 2) {
+        // As the plugin refuses it (api/config/v1/replicas.go: "must be >= 2").
+        let reason = format!("{} is not a number of replicas (2 or more)", t.replicas);
+        return Err(("device_plugin.time_slicing.replicas".into(), reason));
+    }
+    let (pods, processes) = pods::resolve(&gpus, dra.as_ref(), raw.device_plugin, raw.pods, raw.host_processes)?;
     if !matches!(raw.kubelet.cgroup_version, 1 | 2) {
         return Err(("kubelet.cgroup_version".into(), format!("{} is not 1 or 2", raw.kubelet.cgroup_version)));
     }
@@ -287,6 +341,7 @@ fn resolve(raw: ScenarioFile) -> Result<Scenario, FieldError> {
         gpus,
         kubelet: raw.kubelet,
         dra,
+        device_plugin: raw.device_plugin,
         pods,
         processes,
     })
@@ -556,6 +611,37 @@ mod tests {
 ";
 
     #[test]
+    fn time_sliced_gpus_are_held_as_replicas_the_plugin_offers() {
+        let pod = |device: &str| {
+            format!(
+                "{MIG_NODE}device_plugin: {{time_slicing: {{replicas: 4, rename_by_default: true}}}}
+pods:
+  - {{namespace: a, name: p, containers: [{{name: c, devices: [{device}]}}]}}
+"
+            )
+        };
+        let s = Scenario::parse("n.yaml", &pod("{resource: nvidia.com/gpu.shared, gpu: 1, replica: 3}")).unwrap();
+        assert_eq!(s.device_plugin.time_slicing.map(|t| t.resource()), Some("nvidia.com/gpu.shared"));
+        assert_eq!(s.pods[0].containers[0].devices[0].1, format!("{}::3", s.gpus[1].uuid));
+        // MIG instances are not time-sliced.
+        assert!(Scenario::parse("n.yaml", &pod("{resource: nvidia.com/mig-3g.40gb, gpu: 0, mig: 1}")).is_ok());
+        let (field, reason) = refused(&pod("{resource: nvidia.com/gpu.shared, gpu: 1}"));
+        assert_eq!(field, "pods[0].containers[0].devices[0]");
+        assert!(reason.contains("name the replica"), "{reason}");
+        let reason = refused(&pod("{resource: nvidia.com/gpu.shared, gpu: 1, replica: 4}")).1;
+        assert!(reason.contains("replicas 0 to 3"), "{reason}");
+        let reason = refused(&pod("{resource: nvidia.com/gpu, gpu: 1, replica: 0}")).1;
+        assert!(reason.contains("offered as nvidia.com/gpu.shared, not nvidia.com/gpu"), "{reason}");
+        assert_eq!(
+            refused(&format!("{MIG_NODE}device_plugin: {{time_slicing: {{replicas: 1}}}}\n")),
+            (
+                "device_plugin.time_slicing.replicas".to_string(),
+                "1 is not a number of replicas (2 or more)".to_string()
+            )
+        );
+    }
+
+    #[test]
     fn pods_resolve_to_kubelet_device_ids() {
         let text = format!(
             "{MIG_NODE}pods:
@@ -604,7 +690,7 @@ mod tests {
     #[test]
     fn claims_name_the_dra_drivers_devices_and_pods_of_a_namespace_share_one() {
         let text = format!(
-            "{MIG_NODE}dra: {{pool: node-a}}
+            "{MIG_NODE}dra: {{}}
 pods:
   - {{namespace: a, name: p, containers: [{{name: c, claims: [{{name: slice, gpu: 0, mig: 1}}, {{name: whole, gpu: 1}}]}}]}}
   - {{namespace: a, name: q, containers: [{{name: c, claims: [{{name: whole, gpu: 1}}]}}]}}
@@ -612,10 +698,7 @@ pods:
         );
         let s = Scenario::parse("n.yaml", &text).unwrap();
         let dra = s.dra.as_ref().unwrap();
-        assert_eq!(
-            (dra.driver.as_str(), dra.pool.as_str(), dra.gpus.clone()),
-            ("gpu.nvidia.com", "node-a", vec![0, 1])
-        );
+        assert_eq!((dra.driver.as_str(), dra.gpus.clone()), ("gpu.nvidia.com", vec![0, 1]));
         let published = dra.devices(&s.gpus);
         assert_eq!(published.len(), 3, "two 3g.40gb instances and one whole GPU: {published:?}");
         let instance = &s.gpus[0].mig.as_ref().unwrap()[1];

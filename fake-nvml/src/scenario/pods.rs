@@ -18,13 +18,14 @@
 //! ```
 //! A device entry names a whole GPU (`gpu: 2`), a MIG instance (`gpu: 0, mig: 1`, by its
 //! position in the layout) or a time-slicing replica (`gpu: 2, replica: 3`, the device
-//! plugin's `<uuid>::3`). A claim entry (`claims: [{name: c, gpu: 0, mig: 1}]`) names a
+//! plugin's `<uuid>::3`; under `device_plugin.time_slicing` every whole GPU is held as a
+//! replica), under the resource the plugin offers it as (see [`super::DevicePlugin`]). A claim entry (`claims: [{name: c, gpu: 0, mig: 1}]`) names a
 //! device the node's DRA driver publishes (see [`super::dra`]).
 
 use serde::Deserialize;
 
 use super::dra::{self, Dra};
-use super::{Gpu, Signal};
+use super::{DevicePlugin, Gpu, MigStrategy, Signal, TimeSlicing};
 
 /// How the node's container runtime names cgroups.
 #[derive(Debug, Clone, Deserialize)]
@@ -244,6 +245,7 @@ fn fnv(bytes: &[u8]) -> u64 {
 pub(super) fn resolve(
     gpus: &[Gpu],
     dra: Option<&Dra>,
+    plugin: DevicePlugin,
     specs: Vec<PodSpec>,
     host: Vec<ProcessSpec>,
 ) -> Result<(Vec<Pod>, Vec<Process>), (String, String)> {
@@ -283,7 +285,11 @@ pub(super) fn resolve(
                         format!("GPU {} is the DRA driver's (dra.gpus): allocate it through a claim", device.gpu);
                     return Err((at(&format!("devices[{d}]")), reason));
                 }
-                let device_id = device_id(gpus, device).map_err(|r| (at(&format!("devices[{d}]")), r))?;
+                if let Some(t) = plugin.time_slicing.filter(|_| device.mig.is_none()) {
+                    shared_replica(t, device).map_err(|r| (at(&format!("devices[{d}]")), r))?;
+                }
+                let device_id =
+                    device_id(gpus, plugin.mig_strategy, device).map_err(|r| (at(&format!("devices[{d}]")), r))?;
                 if let Some((_, holder)) = taken.iter().find(|(id, _)| *id == device_id) {
                     return Err((
                         at(&format!("devices[{d}]")),
@@ -369,17 +375,36 @@ fn resolve_claims(
     Ok(out)
 }
 
-fn device_id(gpus: &[Gpu], device: &DeviceRef) -> Result<String, String> {
+/// A whole GPU under time-slicing is held as one of its replicas, under the plugin's
+/// resource name.
+fn shared_replica(t: TimeSlicing, device: &DeviceRef) -> Result<(), String> {
+    match device.replica {
+        None => {
+            Err(format!("GPU {} is time-sliced (device_plugin.time_slicing): name the replica it holds", device.gpu))
+        }
+        Some(r) if r >= t.replicas => Err(format!(
+            "GPU {} has replicas 0 to {} (device_plugin.time_slicing.replicas), not {r}",
+            device.gpu,
+            t.replicas - 1
+        )),
+        Some(_) if device.resource != t.resource() => {
+            Err(format!("a time-sliced replica is offered as {}, not {}", t.resource(), device.resource))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+fn device_id(gpus: &[Gpu], strategy: MigStrategy, device: &DeviceRef) -> Result<String, String> {
     let gpu = gpus.get(device.gpu as usize).ok_or_else(|| format!("there is no GPU {}", device.gpu))?;
     let base = match (device.mig, &gpu.mig) {
         (Some(m), Some(instances)) => {
             let instance = instances
                 .get(m as usize)
                 .ok_or_else(|| format!("GPU {} has no MIG instance {m} (it has {})", device.gpu, instances.len()))?;
-            let mixed = super::mig::mixed_resource(&instance.profile, &gpu.mig_profiles);
-            if device.resource != mixed && device.resource != "nvidia.com/gpu" {
+            let offered = super::mig::offered_as(strategy, &instance.profile, &gpu.mig_profiles);
+            if device.resource != offered {
                 return Err(format!(
-                    "MIG instance {m} of GPU {} is a {}; its resource is {mixed} (or nvidia.com/gpu), not {}",
+                    "MIG instance {m} of GPU {} is a {}; its resource is {offered} (device_plugin.mig_strategy), not {}",
                     device.gpu, instance.profile.name, device.resource
                 ));
             }
