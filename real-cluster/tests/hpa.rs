@@ -16,113 +16,24 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use test_support::app_metrics::AppMetrics;
 use test_support::control_plane::{ControlPlane, Options};
 use test_support::joined::{Adapter, AdapterOptions, JoinedFleet, NodeSpec, base_with_external_metrics};
 use test_support::prometheus::{Flavour, Launch};
-use test_support::simulated::{wait_until_ok, workspace};
+use test_support::seed_hpa::{
+    GPU_TARGET, LATENCY_TARGET, TOLERANCE, desired, hpa_status, read_average, replicas, stays_at, test_hpa,
+    wait_for_replicas, yaml_docs,
+};
+use test_support::simulated::wait_until_ok;
 
 const EIGHT_H100: &str = "gpus:\n  - {model: H100-SXM5-80GB}\n  - {model: H100-SXM5-80GB}\n  - {model: H100-SXM5-80GB}\n  \
                           - {model: H100-SXM5-80GB}\n  - {model: H100-SXM5-80GB}\n  - {model: H100-SXM5-80GB}\n  - \
                           {model: H100-SXM5-80GB}\n  - {model: H100-SXM5-80GB}\n";
-/// The seed's targets.
-const GPU_TARGET: f64 = 70.0;
-const LATENCY_TARGET: f64 = 200.0;
 /// What the pods' request_latency_ms reads.
 const LATENCY_MS: f64 = 40.0;
-/// The HPA controller's default tolerance (`--horizontal-pod-autoscaler-tolerance`).
-const TOLERANCE: f64 = 0.1;
-
-fn yaml_docs(path: &str) -> Vec<Value> {
-    test_support::deploy::parse_docs(&std::fs::read_to_string(workspace().join(path)).unwrap())
-}
-
-/// The seed's HPA with shorter windows: scale-up stabilization 0 s (seed 60), periods
-/// 10 s (seed 120 and 300), scale-down stabilization 10 s (seed 300). Targets, bounds
-/// and the policies' percentages are the seed's.
-fn hpa() -> Value {
-    let mut hpa = yaml_docs("deploy/examples/inference/inference-hpa.yaml").remove(0);
-    let b = &mut hpa["spec"]["behavior"];
-    assert_eq!(b["scaleUp"]["stabilizationWindowSeconds"], 60, "the seed's behaviour changed; update this copy");
-    b["scaleUp"]["stabilizationWindowSeconds"] = json!(0);
-    b["scaleUp"]["policies"][0]["periodSeconds"] = json!(10);
-    b["scaleDown"]["stabilizationWindowSeconds"] = json!(10);
-    b["scaleDown"]["policies"][0]["periodSeconds"] = json!(10);
-    hpa
-}
-
-/// What the HPA controller must decide from `current` Ready replicas whose metrics
-/// average `averages` (one per metric, with its target): per metric `current` within
-/// the tolerance, else `ceil(current * average / target)`; the largest; at most what
-/// the scale-up policy allows (`ceil(current * (1 + percent/100))`); within the bounds.
-fn desired(current: u32, averages: &[(f64, f64)], up_percent: f64, min: u32, max: u32) -> u32 {
-    let proposals = averages.iter().map(|(average, target)| {
-        let ratio = average / target;
-        if (1.0 - ratio).abs() <= TOLERANCE { current } else { (f64::from(current) * ratio).ceil() as u32 }
-    });
-    let wanted = proposals.max().unwrap();
-    let up_limit = (f64::from(current) * (1.0 + up_percent / 100.0)).ceil() as u32;
-    wanted.min(up_limit).clamp(min, max)
-}
-
-/// The HPA as the API server has it (`null` before it is created).
-fn hpa_status(cp: &ControlPlane) -> Value {
-    let out = cp.kubectl().args(["get", "hpa", "inference-hpa", "-n", "ai-inference", "-o", "json"]).output().unwrap();
-    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-}
-
-fn replicas(cp: &ControlPlane) -> u32 {
-    cp.run(&["get", "deployment", "inference-pool", "-n", "ai-inference", "-o", "jsonpath={.spec.replicas}"])
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// Waits until the Deployment has `n` replicas, all Running, and the HPA has seen them.
-fn wait_for_replicas(cp: &ControlPlane, n: u32, timeout: Duration) {
-    wait_until_ok(&format!("inference-pool at {n} replicas"), timeout, || {
-        let now = replicas(cp);
-        let status = hpa_status(cp);
-        if now == n { Ok(()) } else { Err(format!("{now} replicas; HPA status {}", status["status"])) }
-    });
-    cp.wait_for(
-        &format!("{n} inference pods Running"),
-        timeout,
-        &[
-            "get",
-            "pods",
-            "-n",
-            "ai-inference",
-            "-l",
-            "app=inference",
-            "--field-selector=status.phase=Running",
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ],
-        |s| s.split_whitespace().count() == n as usize,
-    );
-}
-
-/// Holds for `period`: the Deployment stays at `n`.
-fn stays_at(cp: &ControlPlane, n: u32, period: Duration) {
-    let end = Instant::now() + period;
-    while Instant::now() < end {
-        let now = replicas(cp);
-        assert_eq!(now, n, "the HPA moved inference-pool from {n} to {now}: {}", hpa_status(cp)["status"]);
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
-
-/// A Kubernetes quantity as the HPA writes an average: `91`, `85500m`.
-fn quantity(q: &str) -> f64 {
-    match q.strip_suffix('m') {
-        Some(milli) => milli.parse::<f64>().unwrap() / 1000.0,
-        None => q.parse().unwrap(),
-    }
-}
 
 fn set_demand(fleet: &JoinedFleet, demand: f64) {
     fleet.set_load(&format!(
@@ -161,7 +72,7 @@ fn the_seeds_hpa_scales_inference_pool_up_and_down_on_gpu_utilization() {
     let pool = yaml_docs("deploy/examples/inference/inference-pool.yaml").remove(0);
     cp.apply(&serde_json::to_string(&pool).unwrap());
     wait_for_replicas(&cp, 8, Duration::from_secs(90));
-    let hpa = hpa();
+    let hpa = test_hpa();
     let (min, max) =
         (hpa["spec"]["minReplicas"].as_u64().unwrap() as u32, hpa["spec"]["maxReplicas"].as_u64().unwrap() as u32);
     let up_percent = hpa["spec"]["behavior"]["scaleUp"]["policies"][0]["value"].as_f64().unwrap();
@@ -196,10 +107,7 @@ fn the_seeds_hpa_scales_inference_pool_up_and_down_on_gpu_utilization() {
             Err(st.to_string())
         }
     });
-    let read = |st: &Value, metric: &str| -> f64 {
-        let m = st["currentMetrics"].as_array().unwrap().iter().find(|m| m["pods"]["metric"]["name"] == metric);
-        quantity(m.unwrap()["pods"]["current"]["averageValue"].as_str().unwrap())
-    };
+    let read = |st: &Value, metric: &str| -> f64 { read_average(st, metric).unwrap() };
     let (gpu, latency) = (read(&decision, "gpu_utilization"), read(&decision, "request_latency_ms"));
     assert!(gpu > GPU_TARGET * (1.0 + TOLERANCE), "the decision read {gpu} % per replica: {decision}");
     let up = desired(8, &[(gpu, GPU_TARGET), (latency, LATENCY_TARGET)], up_percent, min, max);

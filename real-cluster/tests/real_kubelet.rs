@@ -27,8 +27,9 @@
 //!   (`assert_fake_kubelet_agrees`): the real allocation written as a scenario is
 //!   answered the same by fake-kubelet (`List`, `Get`, `GetAllocatableResources`), and the
 //!   exporter attributes it the same through either.
-//! - `a_node_that_cannot_start_says_why`: a kubelet that cannot start, and a plugin that
-//!   cannot register, each stop scripts/sim-node with the cause and the log's tail.
+//! - `a_node_that_cannot_start_says_why`: a kubelet that cannot start, a plugin that
+//!   cannot register, and a fake-nvml without a symbol the plugin calls each stop
+//!   scripts/sim-node with the cause (the symbol named) and the log's tail.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -458,4 +459,28 @@ fn a_node_that_cannot_start_says_why() {
     let said = SimNode::start(&cp, "sim-badplugin", &scenario(), &options).unwrap_err();
     assert!(said.contains("sim-badplugin: NVIDIA's device plugin"), "{said}");
     assert!(said.contains("config"), "the plugin's own words are shown: {said}");
+
+    // A fake-nvml that lacks a symbol the plugin calls at start-up: a copy of the library
+    // whose nvmlDeviceGetMinorNumber is renamed in its symbol tables.
+    let bins = cp.dir.join("bins-without-a-symbol");
+    std::fs::create_dir_all(&bins).unwrap();
+    let built = test_support::simulated::binaries();
+    for program in ["fake-nvml", "sim-cri"] {
+        std::os::unix::fs::symlink(built.join(program), bins.join(program)).unwrap();
+    }
+    let mut library = std::fs::read(built.join("libfake_nvml.so")).unwrap();
+    let (name, renamed) = (b"nvmlDeviceGetMinorNumber\0", b"nvmlDeviceGetMinorNumbeX\0");
+    let mut renames = 0;
+    for at in 0..library.len() - name.len() {
+        if &library[at..at + name.len()] == name {
+            library[at..at + name.len()].copy_from_slice(renamed);
+            renames += 1;
+        }
+    }
+    assert!(renames > 0, "the library names nvmlDeviceGetMinorNumber");
+    std::fs::write(bins.join("libfake_nvml.so"), library).unwrap();
+    let options = SimNodeOptions { bin_dir: Some(bins), ..Default::default() };
+    let said = SimNode::start(&cp, "sim-nosymbol", &scenario(), &options).unwrap_err();
+    assert!(said.contains("fake-nvml lacks an NVML symbol the plugin called"), "{said}");
+    assert!(said.contains("undefined symbol: nvmlDeviceGetMinorNumber"), "the symbol is named: {said}");
 }

@@ -172,63 +172,18 @@ impl JoinedFleet {
     /// among them replaces the tests' 1s, `--health.dry-run=false` the report-only
     /// default). Dropping [`JoinedFleet::exporters`] stops them, for a restart.
     pub fn start_exporters(&mut self, cp: &ControlPlane, args: &[&str]) {
-        let bin = binaries();
         for node in self.nodes.clone() {
-            let pod = exporter_pod(cp, &node);
-            let ip: std::net::Ipv4Addr = cp
-                .run(&["get", "pod", &pod, "-n", NAMESPACE, "-o", "jsonpath={.status.podIP}"])
-                .trim()
-                .parse()
-                .unwrap_or_else(|e| panic!("the exporter pod {pod} has no IPv4 pod IP: {e}"));
-            let kubeconfig = cp.service_account(NAMESPACE, "gpu-exporter", Some(&pod));
             let dir = self.node_dir(&node);
-            let address = HostAddress::at(ip);
-            let mut command = Command::new(bin.join("gpu-exporter"));
-            command
-                .arg("--nvml-library")
-                .arg(bin.join("libfake_nvml.so"))
-                .args(["--web.listen-address", &format!("{}:9400", address.host)])
-                .args(["--log.format", "json", "--node-name", &node])
-                .args(["--nvml.call-timeout", "500ms"])
-                .args(
-                    (!args.contains(&"--collect-interval"))
-                        .then_some(["--collect-interval", "1s"])
-                        .into_iter()
-                        .flatten(),
-                )
-                // Report-only unless the test asks for more (a flag given twice is refused).
-                .args((!args.iter().any(|a| a.starts_with("--health.dry-run"))).then_some("--health.dry-run=true"))
-                .args(["--health.namespace", NAMESPACE])
-                .arg("--kubelet.pod-resources-socket")
-                .arg(dir.join("kubelet.sock"))
-                .arg("--path.procfs")
-                .arg(dir.join("proc"))
-                .arg("--path.pod-logs")
-                .arg(dir.join("pods"))
-                .arg("--kubernetes.kubeconfig")
-                .arg(&kubeconfig)
-                .args(args)
-                .env("FAKE_NVML_SCENARIO", dir.join("scenario.yaml"))
-                .env("FAKE_NVML_LIVE", "1")
-                .env_remove("KUBERNETES_SERVICE_HOST");
-            let (process, addr) = spawn_logged(command, &dir.join("exporter.log"), |line| {
-                Some(line.split("\"address\":\"").nth(1)?.split('"').next()?.to_string())
-            });
-            let log = dir.join("exporter.log");
-            let addr: SocketAddr = addr
-                .unwrap_or_else(|| {
-                    panic!(
-                        "the exporter of {node} did not start: {}",
-                        std::fs::read_to_string(&log).unwrap_or_default()
-                    )
-                })
-                .parse()
-                .unwrap();
-            wait_until(&format!("the exporter of {node} collecting"), Duration::from_secs(60), || {
-                http_get(addr, "/metrics")
-                    .is_some_and(|(s, m)| s == 200 && value(&m, "gpu_exporter_pod_resources_up") == Some(1.0))
-            });
-            self.exporters.push(Exporter { node, addr, _process: process, _address: address });
+            let (procfs, pod_logs) = (dir.join("proc"), dir.join("pods"));
+            let files = NodeFiles {
+                socket: &dir.join("kubelet.sock"),
+                scenario: &dir.join("scenario.yaml"),
+                procfs: Some(&procfs),
+                pod_logs: Some(&pod_logs),
+                log: &dir.join("exporter.log"),
+            };
+            let exporter = start_pod_exporter(cp, &node, &files, args);
+            self.exporters.push(exporter);
         }
         self.wait_for_endpoints(cp);
     }
@@ -244,6 +199,73 @@ impl JoinedFleet {
     pub fn exporter(&self, node: &str) -> &Exporter {
         self.exporters.iter().find(|e| e.node == node).unwrap()
     }
+}
+
+/// Where an exporter in place of the DaemonSet's pod reads its node, and where it logs.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeFiles<'a> {
+    /// The kubelet's pod-resources socket.
+    pub socket: &'a Path,
+    /// fake-nvml's scenario, followed live.
+    pub scenario: &'a Path,
+    /// `--path.procfs` and `--path.pod-logs`, where the node has such trees.
+    pub procfs: Option<&'a Path>,
+    pub pod_logs: Option<&'a Path>,
+    pub log: &'a Path,
+}
+
+/// Starts the exporter of `node` in place of the DaemonSet's pod there (see
+/// [`JoinedFleet::start_exporters`]) and waits until it has collected with the kubelet's
+/// pods; the caller waits for the EndpointSlices.
+pub fn start_pod_exporter(cp: &ControlPlane, node: &str, files: &NodeFiles, args: &[&str]) -> Exporter {
+    let bin = binaries();
+    let pod = exporter_pod(cp, node);
+    let ip: std::net::Ipv4Addr = cp
+        .run(&["get", "pod", &pod, "-n", NAMESPACE, "-o", "jsonpath={.status.podIP}"])
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("the exporter pod {pod} has no IPv4 pod IP: {e}"));
+    let kubeconfig = cp.service_account(NAMESPACE, "gpu-exporter", Some(&pod));
+    let address = HostAddress::at(ip);
+    let mut command = Command::new(bin.join("gpu-exporter"));
+    command
+        .arg("--nvml-library")
+        .arg(bin.join("libfake_nvml.so"))
+        .args(["--web.listen-address", &format!("{}:9400", address.host)])
+        .args(["--log.format", "json", "--node-name", node])
+        .args(["--nvml.call-timeout", "500ms"])
+        .args((!args.contains(&"--collect-interval")).then_some(["--collect-interval", "1s"]).into_iter().flatten())
+        // Report-only unless the test asks for more (a flag given twice is refused).
+        .args((!args.iter().any(|a| a.starts_with("--health.dry-run"))).then_some("--health.dry-run=true"))
+        .args(["--health.namespace", NAMESPACE])
+        .arg("--kubelet.pod-resources-socket")
+        .arg(files.socket)
+        .arg("--kubernetes.kubeconfig")
+        .arg(&kubeconfig)
+        .env("FAKE_NVML_SCENARIO", files.scenario)
+        .env("FAKE_NVML_LIVE", "1")
+        .env_remove("KUBERNETES_SERVICE_HOST");
+    if let Some(procfs) = files.procfs {
+        command.arg("--path.procfs").arg(procfs);
+    }
+    if let Some(pod_logs) = files.pod_logs {
+        command.arg("--path.pod-logs").arg(pod_logs);
+    }
+    command.args(args);
+    let (process, addr) = spawn_logged(command, files.log, |line| {
+        Some(line.split("\"address\":\"").nth(1)?.split('"').next()?.to_string())
+    });
+    let addr: SocketAddr = addr
+        .unwrap_or_else(|| {
+            panic!("the exporter of {node} did not start: {}", std::fs::read_to_string(files.log).unwrap_or_default())
+        })
+        .parse()
+        .unwrap();
+    wait_until(&format!("the exporter of {node} collecting"), Duration::from_secs(60), || {
+        http_get(addr, "/metrics")
+            .is_some_and(|(s, m)| s == 200 && value(&m, "gpu_exporter_pod_resources_up") == Some(1.0))
+    });
+    Exporter { node: node.to_string(), addr, _process: process, _address: address }
 }
 
 /// The DaemonSet's exporter pod on `node`, once the simulated kubelet runs it.

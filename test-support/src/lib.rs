@@ -26,6 +26,7 @@ pub mod joined;
 pub mod netns;
 pub mod pki;
 pub mod prometheus;
+pub mod seed_hpa;
 pub mod sim_node;
 pub mod simulated;
 pub mod tls;

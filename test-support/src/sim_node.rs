@@ -26,6 +26,9 @@ pub struct SimNodeOptions {
     pub mig_strategy: Option<&'static str>,
     /// The node's pod CIDR (a.b.c.0/24).
     pub pod_cidr: Option<String>,
+    /// Where scripts/sim-node takes fake-nvml, its library and sim-cri from
+    /// (`SIM_NODE_BIN_DIR`); default: the tests' own build.
+    pub bin_dir: Option<PathBuf>,
     /// Arguments of scripts/sim-node to replace, for the tests of its failures
     /// (`--kubeconfig` pointing at a broken file, say): pairs of flag and value.
     pub override_args: Vec<(&'static str, String)>,
@@ -75,7 +78,11 @@ impl SimNode {
         for (flag, value) in &args {
             command.arg(flag).arg(value);
         }
-        command.env("SIM_NODE_BIN_DIR", &bin).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+        command
+            .env("SIM_NODE_BIN_DIR", options.bin_dir.as_ref().unwrap_or(&bin))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
         let mut script = command.spawn().unwrap_or_else(|e| panic!("scripts/sim-node: {e}"));
         if let Ok(pid) = i32::try_from(script.id()) {
             kill_at_exit(-pid);
