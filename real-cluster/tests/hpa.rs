@@ -19,13 +19,11 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use test_support::app_metrics::AppMetrics;
 use test_support::control_plane::{ControlPlane, Options};
-use test_support::joined::{Adapter, AdapterOptions, JoinedFleet, NodeSpec, base_with_external_metrics};
-use test_support::prometheus::{Flavour, Launch};
+use test_support::joined::{JoinedFleet, NodeSpec, base_with_external_metrics};
 use test_support::seed_hpa::{
-    GPU_TARGET, LATENCY_TARGET, TOLERANCE, desired, hpa_status, read_average, replicas, stays_at, test_hpa,
-    wait_for_replicas, yaml_docs,
+    GPU_TARGET, LATENCY_TARGET, TOLERANCE, desired, hpa_status, latency_and_adapter, read_average, replicas, stays_at,
+    test_hpa, wait_for_replicas, yaml_docs,
 };
 use test_support::simulated::wait_until_ok;
 
@@ -55,15 +53,7 @@ fn the_seeds_hpa_scales_inference_pool_up_and_down_on_gpu_utilization() {
 
     // request_latency_ms: the pods' page, scraped by a real Prometheus, read by the
     // adapter through the rules deploy/ ships.
-    let app = AppMetrics::start(&cp, "ai-inference", "app=inference", "request_latency_ms", LATENCY_MS);
-    let prometheus = Launch::new(Flavour::V2).interval("1s").scrape_honoring_labels("inference", &[app.addr]).start();
-    let rules_doc = yaml_docs("deploy/components/prometheus-operator/adapter-prometheus-rules.yaml").remove(0);
-    let rules = cp.dir.join("adapter-rules.yaml");
-    std::fs::write(&rules, rules_doc["data"]["rules.yaml"].as_str().unwrap()).unwrap();
-    let adapter = Adapter::start(
-        &cp,
-        &AdapterOptions { prometheus: Some((prometheus.url(), rules)), ..AdapterOptions::default() },
-    );
+    let (app, prometheus, adapter) = latency_and_adapter(&cp, LATENCY_MS);
 
     // The seed's workload: 8 replicas, 70 % each (a demand of 560), at its target.
     let docs = yaml_docs("deploy/examples/namespaces.yaml");

@@ -22,12 +22,11 @@ use std::time::Duration;
 use fake_kubelet::client::PodResourcesClient;
 use fake_nvml::scenario::Scenario;
 use serde_json::json;
-use test_support::app_metrics::AppMetrics;
 use test_support::control_plane::{ControlPlane, Options};
-use test_support::joined::{Adapter, AdapterOptions, NodeFiles, base_with_external_metrics, start_pod_exporter};
-use test_support::prometheus::{Flavour, Launch};
+use test_support::joined::{NodeFiles, base_with_external_metrics, start_pod_exporter};
 use test_support::seed_hpa::{
-    GPU_TARGET, LATENCY_TARGET, desired, hpa_status, read_average, stays_at, test_hpa, wait_for_replicas, yaml_docs,
+    GPU_TARGET, LATENCY_TARGET, desired, hpa_status, latency_and_adapter, read_average, stays_at, test_hpa,
+    wait_for_replicas, yaml_docs,
 };
 use test_support::sim_node::{SimNode, SimNodeOptions};
 use test_support::simulated::wait_until_ok;
@@ -128,15 +127,7 @@ fn the_seeds_hpa_scales_on_the_per_pod_series_of_a_node_the_real_kubelet_runs() 
     let exporter = start_pod_exporter(&cp, NODE, &files, &[]);
     cp.wait_for_service_addresses("gpu-telemetry", "gpu-exporter", &[exporter.addr.ip().to_string()], true);
 
-    let app = AppMetrics::start(&cp, "ai-inference", "app=inference", "request_latency_ms", LATENCY_MS);
-    let prometheus = Launch::new(Flavour::V2).interval("1s").scrape_honoring_labels("inference", &[app.addr]).start();
-    let rules_doc = yaml_docs("deploy/components/prometheus-operator/adapter-prometheus-rules.yaml").remove(0);
-    let rules = cp.dir.join("adapter-rules.yaml");
-    std::fs::write(&rules, rules_doc["data"]["rules.yaml"].as_str().unwrap()).unwrap();
-    let adapter = Adapter::start(
-        &cp,
-        &AdapterOptions { prometheus: Some((prometheus.url(), rules)), ..AdapterOptions::default() },
-    );
+    let (_app, prometheus, adapter) = latency_and_adapter(&cp, LATENCY_MS);
 
     // The seed's pool, started at the HPA's minimum on the one GPU node, at its target.
     let hpa = test_hpa();

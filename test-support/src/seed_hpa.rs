@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::app_metrics::AppMetrics;
 use crate::control_plane::ControlPlane;
+use crate::joined::{Adapter, AdapterOptions};
+use crate::prometheus::{Flavour, Launch, Prometheus};
 use crate::simulated::{wait_until_ok, workspace};
 
 /// The seed's targets.
@@ -33,6 +36,22 @@ pub fn test_hpa() -> Value {
     b["scaleDown"]["stabilizationWindowSeconds"] = json!(10);
     b["scaleDown"]["policies"][0]["periodSeconds"] = json!(10);
     hpa
+}
+
+/// The seed HPA's second metric and the adapter: the pods' `request_latency_ms` page
+/// (each Running `app=inference` pod at `latency_ms`), scraped by a real Prometheus 2 and
+/// read by the adapter through the rules deploy/ ships; the adapter behind the aggregator.
+pub fn latency_and_adapter(cp: &ControlPlane, latency_ms: f64) -> (AppMetrics, Prometheus, Adapter) {
+    let app = AppMetrics::start(cp, "ai-inference", "app=inference", "request_latency_ms", latency_ms);
+    let prometheus = Launch::new(Flavour::V2).interval("1s").scrape_honoring_labels("inference", &[app.addr]).start();
+    let rules_doc = yaml_docs("deploy/components/prometheus-operator/adapter-prometheus-rules.yaml").remove(0);
+    let rules = cp.dir.join("adapter-rules.yaml");
+    std::fs::write(&rules, rules_doc["data"]["rules.yaml"].as_str().unwrap()).unwrap();
+    let adapter = Adapter::start(
+        cp,
+        &AdapterOptions { prometheus: Some((prometheus.url(), rules)), ..AdapterOptions::default() },
+    );
+    (app, prometheus, adapter)
 }
 
 /// What the HPA controller must decide from `current` Ready replicas whose metrics
