@@ -54,6 +54,14 @@ fn allocatable(cp: &ControlPlane, node: &str, resource: &str) -> Option<u64> {
     n["status"]["allocatable"][resource].as_str().and_then(|v| v.parse().ok())
 }
 
+/// Waits until `node` advertises `want` of `resource` as allocatable.
+fn wait_allocatable(cp: &ControlPlane, what: &str, node: &str, resource: &str, want: u64) {
+    wait_until_ok(what, Duration::from_secs(60), || match allocatable(cp, node, resource) {
+        Some(n) if n == want => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+}
+
 fn pod(name: &str, node: &str, resource: &str, count: u32) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  nodeSelector: \
@@ -226,12 +234,7 @@ fn assert_fake_kubelet_agrees(
 fn the_real_kubelet_allocates_whole_gpus_and_the_exporter_attributes_them() {
     let cp = ControlPlane::start();
     let node = SimNode::start(&cp, "sim-whole", &scenario(), &SimNodeOptions::default()).unwrap();
-    wait_until_ok("eight GPUs allocatable", Duration::from_secs(60), || {
-        match allocatable(&cp, "sim-whole", "nvidia.com/gpu") {
-            Some(8) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    });
+    wait_allocatable(&cp, "eight GPUs allocatable", "sim-whole", "nvidia.com/gpu", 8);
     let exporter = node.start_exporter(&[]);
 
     cp.apply(&pod("trainer", "sim-whole", "nvidia.com/gpu", 2));
@@ -330,12 +333,7 @@ fn time_sliced_replicas_are_allocated_and_attributed() {
     let config = config.replace("renameByDefault: true", "renameByDefault: false");
     let options = SimNodeOptions { plugin_config: Some(config), ..SimNodeOptions::default() };
     let plain = SimNode::start(&cp, "sim-shared-plain", &scenario(), &options).unwrap();
-    wait_until_ok("32 replicas as nvidia.com/gpu", Duration::from_secs(60), || {
-        match allocatable(&cp, "sim-shared-plain", "nvidia.com/gpu") {
-            Some(32) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    });
+    wait_allocatable(&cp, "32 replicas as nvidia.com/gpu", "sim-shared-plain", "nvidia.com/gpu", 32);
     let exporter = plain.start_exporter(&[]);
     cp.apply(&pod("chat-plain", "sim-shared-plain", "nvidia.com/gpu", 1));
     wait_running(&cp, "chat-plain", &plain);
