@@ -319,6 +319,7 @@ async fn in_process_case(pods: usize) {
     use gpu_metrics_adapter::auth::config::AuthnConfig;
     use gpu_metrics_adapter::auth::x509::CaBundle;
     use gpu_metrics_adapter::labels::LabelStore;
+    use gpu_metrics_adapter::objects::ObjectNames;
     use gpu_metrics_adapter::source::Sources;
     use gpu_metrics_adapter::source::direct::model::{FAMILIES, Report};
     use rustls::pki_types::CertificateDer;
@@ -350,7 +351,7 @@ async fn in_process_case(pods: usize) {
     let peer = PeerCertificates::new(vec![CertificateDer::from_pem_slice(admin.cert_pem.as_bytes()).unwrap()]);
     let state = AppState {
         sources: Sources { direct: Some(source), prometheus: None },
-        labels: Some(labels),
+        objects: Some(Arc::new(ObjectNames::pods_and_nodes(labels))),
         authn: Arc::new(Authenticator::new(
             AuthnConfig { client_ca: Some(CaBundle::from_pem(ca.cert_pem(), "ca").unwrap()), request_header: None },
             None,

@@ -1,5 +1,5 @@
 //! Wiring: from [`Args`] to a listening server with its background tasks (exporter
-//! scraping, label watches, authentication refresh, certificate reload). [`App::build`]
+//! scraping, label watches and object lists, authentication refresh, certificate reload). [`App::build`]
 //! validates everything that can be wrong in the configuration before anything is served;
 //! [`App::run`] serves until shutdown.
 
@@ -24,6 +24,7 @@ use crate::catalog::{self, Catalog};
 use crate::config::{Args, show_duration};
 use crate::http_client::HttpClient;
 use crate::labels::LabelStore;
+use crate::objects::ObjectNames;
 use crate::server::{self, CertSlot, ServingCert};
 use crate::serving_cert;
 use crate::source::Sources;
@@ -372,18 +373,22 @@ async fn refresh_catalog(
     }
 }
 
-/// The object-label store (for label selectors), with its watch task and sync check.
-fn object_labels(
+/// Which objects exist (for `*` reads and label selectors): the pod and node label store
+/// with its watch task and sync check, and lists of other resources through `lister`
+/// (the client without retries: a failing list is reported within the deadline).
+fn existing_objects(
     client: &kube::Client,
+    lister: &kube::Client,
+    timeout: Duration,
     tasks: &mut Vec<TaskFactory>,
     ready_checks: &mut Vec<ReadyCheck>,
-) -> Arc<LabelStore> {
+) -> Arc<ObjectNames> {
     let store = Arc::new(LabelStore::new());
     let (run, c) = (store.clone(), client.clone());
     tasks.push(Box::new(move |s| Box::pin(run.run(c, s))));
     let check = store.clone();
     ready_checks.push(("object-labels".into(), Arc::new(move || check.is_synced())));
-    store
+    Arc::new(ObjectNames::new(store, lister.clone(), timeout))
 }
 
 /// Authentication (client CA and request-header CA from files and from
@@ -461,7 +466,10 @@ impl App {
         if direct.is_none() && prometheus.is_none() {
             return Err(Error::Config("no source: enable --direct-source or give --prometheus-url".into()));
         }
-        let labels = client.as_ref().map(|c| object_labels(c, &mut tasks, &mut ready_checks));
+        let objects = client
+            .as_ref()
+            .zip(discovery.as_ref())
+            .map(|(c, d)| existing_objects(c, d, args.kube_api_timeout, &mut tasks, &mut ready_checks));
         let (authn, authz) = authentication(args, client.as_ref(), &mut tasks, &mut ready_checks).await?;
 
         let external = prometheus.as_ref().is_some_and(|p| p.has_external());
@@ -473,7 +481,7 @@ impl App {
         let addr = listener.local_addr().map_err(|source| Error::Bind { addr, source })?;
         let state = AppState {
             sources: Sources { direct, prometheus },
-            labels,
+            objects,
             authn,
             authz,
             ready_checks,

@@ -9,7 +9,8 @@
 //! exporters ──scrape──> exposition-parser ──> source::direct::model (Report → Snapshot) ─┐
 //! Prometheus <──PromQL── source::prometheus (rules; series relist) ────────────┤
 //! API discovery ──> catalog (resources prometheus-adapter rules name) ─────────┤
-//! pod/node metadata watch ──> labels (labelSelector) ─────────────────────────┤
+//! pod/node metadata watch ──> labels ──┬─> objects (what exists) ──────────────┤
+//! other kinds: discovery, paged list ──┘
 //!                                                                             v
 //! client ──TLS──> server ──> api (auth::authn → path → auth::authz → read) ──> MetricValueList
 //!                                                   (api::external) ──> ExternalMetricValueList
@@ -17,7 +18,7 @@
 //!
 //! Pure cores (selector, quantity, the direct-source model, API types and paths,
 //! rules rendering) do no I/O and are unit-tested; HTTP, TLS and the Kubernetes API live
-//! at the edges (`server`, `http_client`, `labels`, `auth::authn`/`authz`, `app`).
+//! at the edges (`server`, `http_client`, `labels`, `objects`, `auth::authn`/`authz`, `app`).
 
 #![forbid(unsafe_code)]
 
@@ -30,6 +31,7 @@ pub mod check;
 pub mod config;
 pub mod http_client;
 pub mod labels;
+pub mod objects;
 pub mod quantity;
 pub mod selector;
 pub mod server;

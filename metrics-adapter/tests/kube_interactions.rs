@@ -33,6 +33,10 @@ async fn bearer_tokens_and_access_reviews_are_cached_briefly() {
     fake.set_policy(|user, spec| {
         (user == "alice" && spec["resourceAttributes"]["namespace"] == "ai-inference", String::new())
     });
+    // A `*` read answers the pods the API server has.
+    for i in 0..8 {
+        fake.add_labelled_pod("ai-inference", &format!("inference-pool-6b7c9-{i}"), &[("app", "inference")]);
+    }
     let a = adapter(
         &pki,
         &fake,

@@ -158,6 +158,10 @@ async fn kubectl_user_authorized_by_subject_access_review() {
         let ra = &spec["resourceAttributes"];
         (user == "bob" && ra["namespace"] == "ai-inference", "bound to custom-metrics-reader in ai-inference".into())
     });
+    // A `*` read answers the pods the API server has.
+    for i in 0..8 {
+        fake.add_labelled_pod("ai-inference", &format!("inference-pool-6b7c9-{i}"), &[("app", "inference")]);
+    }
     let api = fake.serve().await;
     let mut flags = pki.serving_args();
     flags.extend([

@@ -35,7 +35,7 @@ use self::types::{GROUP, Version};
 use crate::auth::authn::Authenticator;
 use crate::auth::authz::{Attributes, Authorizer, Decision};
 use crate::auth::{PeerCertificates, UserInfo};
-use crate::labels::LabelStore;
+use crate::objects::{self, ObjectNames};
 use crate::quantity::Quantity;
 use crate::source::{self, Objects, Sources};
 
@@ -62,8 +62,9 @@ impl Default for Limits {
 pub struct AppState {
     /// Metric sources.
     pub sources: Sources,
-    /// Pod and node labels; `None` in standalone mode.
-    pub labels: Option<Arc<LabelStore>>,
+    /// Which objects exist (pods and nodes from the label store, the rest listed);
+    /// `None` in standalone mode.
+    pub objects: Option<Arc<ObjectNames>>,
     /// Authentication.
     pub authn: Arc<Authenticator>,
     /// Authorization.
@@ -302,25 +303,21 @@ async fn read_metric(
         return Err(ApiError::metric_not_found(resource, metric));
     }
     let mut among = None;
-    let objects = match name {
-        Some(n) => Objects::One(n.to_owned()),
-        None if q.label_selector.is_empty() => Objects::All,
-        None => {
-            let store = state.labels.as_ref().ok_or_else(|| {
-                ApiError::BadRequest(
-                    "labelSelector needs the Kubernetes API to know object labels; this adapter runs standalone".into(),
-                )
-            })?;
-            match store.select_among(resource, namespace, &q.label_selector) {
-                Ok((names, of)) => {
-                    among = Some(of);
-                    // The store lists names in order, once each: no sort needed.
-                    debug_assert!(names.windows(2).all(|w| w[0] < w[1]));
-                    Objects::Names(names)
-                }
-                Err(e @ crate::labels::Error::Unsupported(..)) => return Err(ApiError::BadRequest(e.to_string())),
-                Err(e @ crate::labels::Error::NotSynced(_)) => return Err(ApiError::Unavailable(e.to_string())),
-            }
+    let objects = match (name, &state.objects) {
+        (Some(n), _) => Objects::One(n.to_owned()),
+        // Standalone: no API server to say what exists; the source answers what it has.
+        (None, None) if q.label_selector.is_empty() => Objects::All,
+        (None, None) => {
+            return Err(ApiError::BadRequest(
+                "labelSelector needs the Kubernetes API to know object labels; this adapter runs standalone".into(),
+            ));
+        }
+        // With or without a selector, only objects that exist are answered, as
+        // prometheus-adapter does (crate::objects).
+        (None, Some(existing)) => {
+            let picked = existing.select(resource, namespace, &q.label_selector).await.map_err(objects_error)?;
+            among = picked.among;
+            Objects::Names(picked.names)
         }
     };
     let request =
@@ -357,6 +354,22 @@ async fn read_metric(
         resp.headers_mut().insert("server-timing", v);
     }
     Ok(resp)
+}
+
+/// How a failure to name the existing objects is answered. prometheus-adapter answers
+/// every one of them 500 `InternalError` "unable to list matching resources"
+/// (v0.12.0, `pkg/custom-provider/provider.go`, `GetMetricBySelector`), an unknown resource
+/// included; here only what the deployment or the cluster must fix is a 500, a selector
+/// the API server refuses is the client's 400, and an API server that does not answer
+/// usably a 503 as for the other backends.
+fn objects_error(e: objects::Error) -> ApiError {
+    match e {
+        objects::Error::Unsupported(_) | objects::Error::Scope(_) | objects::Error::Selector { .. } => {
+            ApiError::BadRequest(e.to_string())
+        }
+        objects::Error::UnknownResource(_) | objects::Error::Refused { .. } => ApiError::Internal(e.to_string()),
+        objects::Error::NotSynced(_) | objects::Error::Unavailable { .. } => ApiError::Unavailable(e.to_string()),
+    }
 }
 
 /// How a source's failure is answered: a configuration error is a 500 that says so, an

@@ -96,3 +96,17 @@ pub(super) async fn group(State(s): State<ApiServer>, Path((group, version)): Pa
         None => status(StatusCode::NOT_FOUND, "NotFound", format!("no group version {gv}")),
     }
 }
+
+/// The kind of `plural` in group version `gv` (`v1` for the core group) and whether it is
+/// namespaced, if discovery lists it.
+pub(super) fn served(s: &ApiServer, gv: &str, plural: &str) -> Option<(String, bool)> {
+    let find = |resources: &[(String, String, String, bool)]| {
+        resources.iter().find(|(p, ..)| p == plural).map(|(_, _, kind, namespaced)| (kind.clone(), *namespaced))
+    };
+    if gv == "v1" {
+        let core: Vec<_> =
+            CORE_V1.iter().map(|(p, s, k, n)| (p.to_string(), s.to_string(), k.to_string(), *n)).collect();
+        return find(&core);
+    }
+    all_groups(s).iter().find(|(g, _)| g == gv).and_then(|(_, resources)| find(resources))
+}

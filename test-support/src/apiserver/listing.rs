@@ -63,6 +63,16 @@ pub(super) fn selectors(
     Ok((labels, fields))
 }
 
+/// The page of `matching` that `limit` and `continue` ask for, and the token of the
+/// next page when there is one (the offset, which the real server's opaque token is not).
+pub(super) fn page<T: Clone>(matching: &[T], params: &BTreeMap<String, String>) -> (Vec<T>, Option<String>) {
+    let start: usize = params.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let limit = params.get("limit").and_then(|l| l.parse().ok()).filter(|l: &usize| *l > 0).unwrap_or(usize::MAX);
+    let end = start.saturating_add(limit).min(matching.len());
+    let more = end < matching.len();
+    (matching[start.min(end)..end].to_vec(), more.then(|| end.to_string()))
+}
+
 /// A list as the API serves it: selectors, then a page of `limit` from `continue`.
 pub(super) fn list<T: ListableResource + Serialize + Clone>(
     objects: Vec<(T, Fields, Fields)>,
@@ -77,17 +87,10 @@ pub(super) fn list<T: ListableResource + Serialize + Clone>(
     };
     let matching: Vec<T> =
         objects.into_iter().filter(|(_, l, f)| labels.matches(l) && fields.matches(f)).map(|(o, ..)| o).collect();
-    let start: usize = params.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
-    let limit = params.get("limit").and_then(|l| l.parse().ok()).filter(|l: &usize| *l > 0).unwrap_or(usize::MAX);
-    let end = start.saturating_add(limit).min(matching.len());
-    let more = end < matching.len();
+    let (items, continue_) = page(&matching, params);
     let page = List {
-        items: matching[start.min(end)..end].to_vec(),
-        metadata: ListMeta {
-            resource_version: Some(resource_version.to_string()),
-            continue_: more.then(|| end.to_string()),
-            ..ListMeta::default()
-        },
+        items,
+        metadata: ListMeta { resource_version: Some(resource_version.to_string()), continue_, ..ListMeta::default() },
     };
     let mut value = serde_json::to_value(&page).unwrap();
     value["kind"] = T::LIST_KIND.into();

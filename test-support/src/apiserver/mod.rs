@@ -7,7 +7,8 @@
 //!   real server indexes) and paging (`limit`, `continue`), as full objects or metadata
 //!   only (`as=PartialObjectMetadataList`, which [`ApiServer::metadata_only`] makes the
 //!   only answer); the pod watch with history, selectors, delete events and `410 Gone`
-//!   ([`watch`]); ConfigMaps: get; EndpointSlices: list by Service;
+//!   ([`watch`]); ConfigMaps: get; EndpointSlices: list by Service; objects of any other
+//!   resource discovery lists, kept as metadata and listed the same way ([`objects`]);
 //! - the writes of a controller on a node ([`writes`]): Node patches (strategic and JSON
 //!   merge, of the object and of `/status`, `resourceVersion` preconditions), ConfigMaps
 //!   created and replaced, Events; and DRA device taints ([`taint_rules`]):
@@ -46,6 +47,7 @@ pub mod backend;
 mod discovery;
 mod listing;
 pub mod node;
+mod objects;
 pub mod patch;
 mod record;
 mod reply;
@@ -119,6 +121,8 @@ pub(crate) struct State {
     /// TokenReview and SubjectAccessReview answer 500.
     pub fail_reviews: bool,
     pub store: Store,
+    /// Objects only listed (Services, Deployments, Namespaces...), by collection.
+    pub objects: BTreeMap<objects::Collection, objects::Objects>,
     /// Discovery: groups served beyond the built-in ones.
     pub api_groups: Vec<discovery::Group>,
     /// Who a request without credentials is; `None`: it answers 401.

@@ -20,11 +20,15 @@ pub struct Recorded {
     pub path: String,
     pub query: String,
     pub content_type: String,
+    /// The `Accept` header, as sent.
+    pub accept: String,
     pub body: String,
     pub user: String,
     pub status: u16,
     /// When it arrived.
     pub at: Instant,
+    /// How long the server took to answer (the body built, for a list).
+    pub took: std::time::Duration,
     /// Bytes of the answer's body, when they were known as it was sent (not a watch).
     pub response_bytes: u64,
     /// Objects in the answer, for a list.
@@ -40,10 +44,12 @@ impl Recorded {
             path: parts.uri.path().to_string(),
             query: parts.uri.query().unwrap_or_default().to_string(),
             content_type: content_type.to_string(),
+            accept: parts.headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string(),
             body: String::from_utf8_lossy(body).into_owned(),
             user: String::new(),
             status: 0,
             at,
+            took: std::time::Duration::ZERO,
             response_bytes: 0,
             listed: 0,
         }
@@ -52,6 +58,7 @@ impl Recorded {
     /// Notes how it was answered.
     pub(super) fn answered(&mut self, response: &Response) {
         self.status = response.status().as_u16();
+        self.took = self.at.elapsed();
         self.response_bytes = axum::body::HttpBody::size_hint(response.body()).exact().unwrap_or(0);
         self.listed = response.extensions().get::<Listed>().map_or(0, |l| l.0);
     }

@@ -31,8 +31,11 @@ pub(super) fn failure(code: u16, message: &str) -> Response {
 pub(super) fn reason_of(code: StatusCode) -> &'static str {
     match code.as_u16() {
         400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "NotFound",
         409 => "Conflict",
+        410 => "Expired",
         429 => "TooManyRequests",
         500 => "InternalError",
         503 => "ServiceUnavailable",

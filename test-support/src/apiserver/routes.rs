@@ -18,7 +18,7 @@ use super::listing::{Ask, Params, list, selectors, watching};
 use super::reply::{json, status};
 use super::selectors::Selector;
 use super::watch::Fields;
-use super::{ApiServer, Recorded, discovery, reviews, taint_rules, watch, writes};
+use super::{ApiServer, Recorded, discovery, objects, reviews, taint_rules, watch, writes};
 
 pub(super) fn router(server: ApiServer) -> Router {
     Router::new()
@@ -41,7 +41,12 @@ pub(super) fn router(server: ApiServer) -> Router {
         .route("/apis/resource.k8s.io/{version}/{resource}/{name}", any(taint_rules::rule))
         .route("/apis/authentication.k8s.io/v1/tokenreviews", post(reviews::token_review))
         .route("/apis/authorization.k8s.io/v1/subjectaccessreviews", post(reviews::access_review))
+        .route("/api", get(objects::core_versions))
         .route("/api/v1", get(discovery::core))
+        .route("/api/v1/{resource}", get(objects::core_cluster))
+        .route("/api/v1/namespaces/{ns}/{resource}", get(objects::core_namespaced))
+        .route("/apis/{group}/{version}/{resource}", get(objects::group_cluster))
+        .route("/apis/{group}/{version}/namespaces/{ns}/{resource}", get(objects::group_namespaced))
         .route("/apis", get(discovery::groups))
         .route("/apis/{group}/{version}", get(discovery::group))
         .merge(server.objects().router())

@@ -10,6 +10,18 @@
 //! is an error saying why (503), not an empty list: the HPA shows that message in its
 //! `ScalingActive=False` condition, where an empty list would only say that no metrics
 //! came back.
+//!
+//! **Only objects that exist.** With the Kubernetes API, a `*` read, with or without a
+//! label selector, answers only the pods and nodes the API server has (the metadata
+//! watch's store, through `crate::objects`), as the Prometheus source and
+//! prometheus-adapter do. A pod deleted from the API server whose values are still on an
+//! exporter's page (until the exporter's next collection, or up to `--max-age` when its
+//! scrape fails) is left out of every list at once: the HPA never averages a pod that is
+//! gone. Read by its name, that pod still answers from the page until its values go, and
+//! counts in its namespace's total (`namespaces/{ns}/metrics/{metric}`): a named read asks
+//! no API server, in either source, as prometheus-adapter's `GetMetricByName` does not. `namespaces/*` answers the namespaces listed, each with its
+//! pods' aggregate. Standalone there is no API server to ask, so a `*` read answers every
+//! pod and node the pages show.
 
 pub mod discovery;
 pub mod model;
@@ -259,7 +271,16 @@ impl DirectSource {
                     .map(|value| model::ObjectValue { name: Arc::from(ns.as_str()), value })
                     .into_iter()
                     .collect(),
-                _ => Vec::new(),
+                // The namespaces that exist (listed by `crate::objects`), each with its pods'
+                // aggregate; standalone (`All`) there is no list of namespaces to answer for.
+                Objects::Names(v) => v
+                    .iter()
+                    .filter_map(|ns| {
+                        let value = snap.namespace(ns, metric, sel, fresh)?;
+                        Some(model::ObjectValue { name: ns.clone(), value })
+                    })
+                    .collect(),
+                Objects::All => Vec::new(),
             },
         };
         values
