@@ -1,6 +1,6 @@
 //! Benchmark that prints figures (not a timed test):
 //!
-//! * pods-query latency p50/p99 for 1,000 and 10,000 pods, asking the HPA's question
+//! * pods-query latency p50/p99 for 100, 1,000 and 10,000 pods, asking the HPA's question
 //!   (`pods/*/metric?labelSelector=app=inference`) over TLS with front-proxy auth, from
 //!   the direct source and from the Prometheus source (a prometheus-adapter-format rule),
 //!   and, side by side with the latter (each adapter request followed by one direct
@@ -25,14 +25,16 @@ use exposition_parser::Limits;
 use gpu_metrics_adapter::http_client::HttpClient;
 use gpu_metrics_adapter::source::direct::discovery::{Target, Targets};
 use gpu_metrics_adapter::source::direct::{self, DirectSource};
+use support::timing::{Stats, measure, percentile};
 use support::{Pki, get, hpa_headers, tls_client, try_get};
 use test_support::free_port;
 use test_support::prometheus::{Flavour, Launch};
 
 const PODS_PER_NODE: usize = 8;
 
-/// One simulated node's exporter output: 8 whole H100s, one per pod.
-fn node_body(node: usize) -> String {
+/// One simulated node's exporter output: 8 whole H100s, one per pod, of the pods numbered
+/// below `pods` (the last node of 100 pods holds 4).
+fn node_body(node: usize, pods: usize) -> String {
     let mut out = String::new();
     let families = [
         ("gpu_utilization", 0.0),
@@ -48,6 +50,9 @@ fn node_body(node: usize) -> String {
         out.push_str(&format!("# HELP {family} {family}.\n# TYPE {family} gauge\n"));
         for g in 0..PODS_PER_NODE {
             let pod = node * PODS_PER_NODE + g;
+            if pod >= pods {
+                break;
+            }
             let v = if base == 0.0 { ((pod * 37) % 100) as f64 + 0.5 } else { base + g as f64 };
             out.push_str(&format!(
                 "{family}{{node=\"node-{node}\",gpu=\"{g}\",uuid=\"GPU-{node}-{g}\",model=\"NVIDIA H100 80GB HBM3\",namespace=\"bench\",pod=\"bench-pool-{pod}\",container=\"inference\",cluster=\"bench\",region=\"local\"}} {v}\n"
@@ -57,11 +62,11 @@ fn node_body(node: usize) -> String {
     out
 }
 
-/// Starts `n` exporters, each on its own loopback port.
-async fn exporters(n: usize) -> Vec<std::net::SocketAddr> {
+/// Starts `n` exporters, each on its own loopback port, for `pods` pods.
+async fn exporters(n: usize, pods: usize) -> Vec<std::net::SocketAddr> {
     let mut addrs = Vec::with_capacity(n);
     for node in 0..n {
-        let body = Arc::new(node_body(node));
+        let body = Arc::new(node_body(node, pods));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         addrs.push(listener.local_addr().unwrap());
         let app = Router::new().route(
@@ -74,31 +79,6 @@ async fn exporters(n: usize) -> Vec<std::net::SocketAddr> {
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     }
     addrs
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
-struct Stats {
-    p50: Duration,
-    p99: Duration,
-    n: usize,
-}
-
-async fn measure<F: AsyncFnMut()>(warmup: usize, iters: usize, mut f: F) -> Stats {
-    for _ in 0..warmup {
-        f().await;
-    }
-    let mut samples = Vec::with_capacity(iters);
-    for _ in 0..iters {
-        let t = Instant::now();
-        f().await;
-        samples.push(t.elapsed());
-    }
-    samples.sort();
-    Stats { p50: percentile(&samples, 0.5), p99: percentile(&samples, 0.99), n: iters }
 }
 
 fn ms(d: Duration) -> String {
@@ -152,9 +132,9 @@ async fn fetch(
 }
 
 async fn pods_case(pods: usize) {
-    let nodes = pods / PODS_PER_NODE;
+    let nodes = pods.div_ceil(PODS_PER_NODE);
     let pki = Pki::new();
-    let addrs = exporters(nodes).await;
+    let addrs = exporters(nodes, pods).await;
     // Prometheus starts after the direct source has been measured, so that its scrapes and
     // compactions do not share the two cores with that measurement.
     let prom_port = free_port();
@@ -337,7 +317,7 @@ async fn in_process_case(pods: usize) {
     let source = Arc::new(DirectSource::new(cfg, HttpClient::new(None, 0).unwrap(), Targets::Static(vec![])));
     let labels = Arc::new(LabelStore::new());
     source.ingest((0..pods / PODS_PER_NODE).map(|node| {
-        let body = node_body(node);
+        let body = node_body(node, usize::MAX);
         let samples =
             parse(body.as_bytes(), Format::PrometheusText, &Limits::default(), |n| FAMILIES.contains(&n)).unwrap();
         (format!("node-{node}"), Report::from_samples(&samples, direct::now_ms()))
@@ -387,7 +367,7 @@ async fn in_process_case(pods: usize) {
 }
 
 async fn refresh_case(n: usize) {
-    let addrs = exporters(n).await;
+    let addrs = exporters(n, usize::MAX).await;
     let cfg = direct::Config {
         interval: Duration::from_secs(15),
         timeout: Duration::from_secs(5),
@@ -426,6 +406,7 @@ fn main() {
             in_process_case(10_000).await;
         }
         if only.is_empty() || only == "pods" {
+            pods_case(100).await;
             pods_case(1000).await;
             pods_case(10_000).await;
         }

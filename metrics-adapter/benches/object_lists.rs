@@ -16,6 +16,9 @@
 //! Run: `cargo bench -p gpu-metrics-adapter --bench object_lists`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../tests/support/timing.rs"]
+mod timing;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,27 +27,9 @@ use gpu_metrics_adapter::objects::{LIST_TTL, ObjectNames, list};
 use gpu_metrics_adapter::selector::Selector;
 use serde_json::json;
 use test_support::apiserver::{ADMIN_TOKEN, ApiServer, kubeconfig};
+use timing::{Stats, measure, percentile};
 
 const NS: &str = "bench";
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
-async fn measure<F: AsyncFnMut()>(warmup: usize, iters: usize, mut f: F) -> (Duration, Duration) {
-    for _ in 0..warmup {
-        f().await;
-    }
-    let mut samples = Vec::with_capacity(iters);
-    for _ in 0..iters {
-        let t = Instant::now();
-        f().await;
-        samples.push(t.elapsed());
-    }
-    samples.sort();
-    (percentile(&samples, 0.5), percentile(&samples, 0.99))
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1000.0)
@@ -80,7 +65,7 @@ async fn list_case(n: usize) {
         ("`tier=web` (one in ten)", Selector::parse("tier=web").unwrap(), n / 10),
     ] {
         fake.clear_requests();
-        let (p50, p99) = measure(3, iters, async || {
+        let Stats { p50, p99, .. } = measure(3, iters, async || {
             let s = uncached.select("services", Some(NS), &selector).await.unwrap();
             assert_eq!(s.names.len(), want);
         })
@@ -100,7 +85,7 @@ async fn list_case(n: usize) {
         );
     }
     let kept = ObjectNames::new(Arc::new(LabelStore::new()), client, Duration::from_secs(30));
-    let (p50, p99) = measure(3, 1000, async || {
+    let Stats { p50, p99, .. } = measure(3, 1000, async || {
         assert_eq!(kept.select("services", Some(NS), &Selector::everything()).await.unwrap().names.len(), n);
     })
     .await;
@@ -176,7 +161,7 @@ async fn store_case(n: usize) {
     }
     store.mark_synced();
     let names = ObjectNames::pods_and_nodes(store);
-    let (p50, p99) = measure(10, 1000, async || {
+    let Stats { p50, p99, .. } = measure(10, 1000, async || {
         assert_eq!(names.select("pods", Some(NS), &Selector::everything()).await.unwrap().names.len(), n);
     })
     .await;

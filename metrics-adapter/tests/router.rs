@@ -139,7 +139,7 @@ async fn single_object_reads_are_one_item_lists_in_each_version() {
         without_timestamps(v),
         json!({"kind":"MetricValueList","apiVersion":"custom.metrics.k8s.io/v1beta2","metadata":{},"items":[
             {"describedObject":{"kind":"Pod","namespace":"ai-inference","name":"llm-server-7d9f8","apiVersion":"/v1"},
-             "metric":{"name":"gpu_utilization"},"timestamp":"T","value":"78"}]})
+             "metric":{"name":"gpu_utilization","selector":null},"timestamp":"T","value":"78"}]})
     );
     let (code, v, _) = call(&w, "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ai-inference/pods/llm-server-7d9f8/gpu_memory_utilization?metricLabelSelector=mig_profile%3D3g.40gb", true).await;
     assert_eq!(code, 200);

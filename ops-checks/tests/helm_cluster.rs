@@ -208,6 +208,9 @@ fn install_test_upgrade_and_uninstall_on_a_real_control_plane() {
         Clock::Frozen(60.0),
         "",
     );
+    // The pods the node's page names exist in the cluster, as they would (the adapter
+    // answers a `*` read only for pods the API server lists).
+    cluster.create_pods_of(&repo().join("fake-nvml/scenarios/seed-mixed-node.yaml"));
     let (adapter, adapter_url, adapter_kubeconfig) = start_adapter(&cluster, &node.metrics_url());
     let secret = wait_for("the adapter's Secret and both caBundles", Duration::from_secs(60), || {
         let s = json(&cluster, &["-n", NS, "get", "secret", "gpu-metrics-adapter-serving"])?;

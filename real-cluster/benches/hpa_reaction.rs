@@ -101,7 +101,11 @@ fn main() {
     std::fs::write(&rules, RULES).unwrap();
     let _adapter = Adapter::start(
         &cp,
-        &AdapterOptions { prometheus: Some((prometheus.url(), rules)), scrape_interval: Some("15s".into()) },
+        &AdapterOptions {
+            prometheus: Some((prometheus.url(), rules)),
+            scrape_interval: Some("15s".into()),
+            args: vec![],
+        },
     );
     cp.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: bench}\n");
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); SOURCES.len()];

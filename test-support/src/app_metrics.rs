@@ -59,25 +59,9 @@ impl AppMetrics {
             }
         });
         let reader = Arc::clone(&state);
-        std::thread::spawn(move || {
-            for mut stream in listener.incoming().flatten() {
-                let mut buf = [0u8; 2048];
-                let _ = stream.read(&mut buf);
-                let (up, body) = {
-                    let s = reader.lock().unwrap();
-                    (s.up, s.page.clone())
-                };
-                if !up {
-                    let _ = stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
-                    continue;
-                }
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\
-                     Connection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
+        serve_page(listener, move || {
+            let s = reader.lock().unwrap();
+            s.up.then(|| s.page.clone())
         });
         AppMetrics { addr, state }
     }
@@ -91,4 +75,25 @@ impl AppMetrics {
     pub fn stop(&self) {
         self.state.lock().unwrap().up = false;
     }
+}
+
+/// Serves, to every request on `listener`, the exposition `render` gives (503 when it
+/// gives none), from a thread that runs as long as the test process.
+pub fn serve_page(listener: TcpListener, render: impl Fn() -> Option<String> + Send + 'static) {
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = [0u8; 2048];
+            let _ = stream.read(&mut buf);
+            let Some(body) = render() else {
+                let _ = stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
+                continue;
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
 }

@@ -151,6 +151,23 @@ impl ControlPlane {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Creates, unscheduled, the pods a fake-nvml `scenario` file runs: the objects a
+    /// cluster has for the pods an exporter's page names (the adapter answers a `*` read
+    /// only for pods that exist). Their namespaces must exist.
+    pub fn create_pods_of(&self, scenario: &Path) {
+        let text = std::fs::read_to_string(scenario).unwrap_or_else(|e| panic!("{}: {e}", scenario.display()));
+        let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
+        let pods = doc["pods"].as_sequence().map(Vec::as_slice).unwrap_or_default();
+        let yaml: String = pods
+            .iter()
+            .map(|p| {
+                let labels = serde_json::to_string(&p["labels"]).unwrap_or_else(|_| "{}".into());
+                unscheduled_pod(p["namespace"].as_str().unwrap(), p["name"].as_str().unwrap(), &labels)
+            })
+            .collect();
+        self.apply(&yaml);
+    }
+
     /// A kubeconfig for a client certificate of `name` in `groups`, signed by the
     /// cluster's CA (`scripts/cluster user`).
     pub fn user(&self, name: &str, groups: &[&str]) -> PathBuf {
@@ -236,4 +253,14 @@ impl Drop for ControlPlane {
     fn drop(&mut self) {
         let _ = Command::new(script()).args(["down", "--dir"]).arg(&self.dir).stderr(Stdio::null()).status();
     }
+}
+
+/// A Pod no node runs: its scheduler (`nobody`) does not exist, so it stays Pending, an
+/// object for the API server to list. `labels` is a YAML (or JSON) map, `null` for none.
+#[must_use]
+pub fn unscheduled_pod(namespace: &str, name: &str, labels: &str) -> String {
+    format!(
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}, labels: {labels}}}\n\
+         spec: {{schedulerName: nobody, containers: [{{name: app, image: registry.invalid/app:1}}]}}\n"
+    )
 }

@@ -65,7 +65,7 @@ impl Exporter {
 
 /// Spawns `command`, drains its stderr into `log` and returns the first line `find`
 /// accepts, within 60 s.
-fn spawn_logged(mut command: Command, log: &Path, find: fn(&str) -> Option<String>) -> (Killed, Option<String>) {
+pub fn spawn_logged(mut command: Command, log: &Path, find: fn(&str) -> Option<String>) -> (Killed, Option<String>) {
     let mut child: Child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
     let mut file = std::fs::File::create(log).unwrap();
@@ -154,9 +154,7 @@ impl JoinedFleet {
 
     /// The last `lines` of node `node`'s exporter log, for a failing test's message.
     pub fn exporter_log(&self, node: &str, lines: usize) -> String {
-        let text = std::fs::read_to_string(self.node_dir(node).join("exporter.log")).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        tail(&self.node_dir(node).join("exporter.log"), lines)
     }
 
     /// The simulated kubelet's log so far.
@@ -297,6 +295,8 @@ pub struct AdapterOptions {
     pub prometheus: Option<(String, PathBuf)>,
     /// `--scrape-interval` (default 1s here).
     pub scrape_interval: Option<String>,
+    /// Further flags, after the others.
+    pub args: Vec<String>,
 }
 
 /// The metrics adapter, a process with `deploy/`'s identity, behind the aggregator.
@@ -345,6 +345,7 @@ impl Adapter {
         if let Some((url, rules)) = &options.prometheus {
             command.arg(format!("--prometheus-url={url}")).arg("--prometheus-rules-file").arg(rules);
         }
+        command.args(&options.args);
         let (process, addr) = spawn_logged(command, &log, |line| {
             let addr = line.contains("serving custom.metrics.k8s.io").then(|| line.split("addr=").nth(1))??;
             Some(addr.split_whitespace().next()?.to_string())
@@ -355,49 +356,67 @@ impl Adapter {
             })
             .parse()
             .unwrap();
-        // Where the adapter really listens: an ExternalName Service to localhost, and
-        // the APIServices on its port (their caBundle stays the adapter's to write).
-        cp.run(&["delete", "service", "gpu-metrics-adapter", "-n", NAMESPACE, "--ignore-not-found"]);
-        cp.apply(&format!(
-            "apiVersion: v1\nkind: Service\nmetadata: {{name: gpu-metrics-adapter, namespace: {NAMESPACE}}}\nspec:\n  \
-             type: ExternalName\n  externalName: localhost\n  ports: [{{name: https, port: {}}}]\n",
-            addr.port()
-        ));
-        // The external metrics APIService is there only with the component that installs
-        // it (and rules that serve the group).
-        let installed: Vec<&str> = APISERVICES
-            .into_iter()
-            .filter(|a| cp.kubectl().args(["get", "apiservice", a]).output().is_ok_and(|o| o.status.success()))
-            .collect();
-        for apiservice in &installed {
-            let patch = format!("{{\"spec\":{{\"service\":{{\"port\":{}}}}}}}", addr.port());
-            cp.run(&["patch", "apiservice", apiservice, "--type=merge", "-p", &patch]);
-        }
+        let installed = route_apiservices(cp, addr.port(), None);
         let adapter = Adapter { addr, log, _process: process };
-        for apiservice in installed {
-            wait_until_ok(&format!("APIService {apiservice} Available"), Duration::from_secs(90), || {
-                let out = cp
-                    .kubectl()
-                    .args(["get", "apiservice", apiservice, "-o"])
-                    .arg("jsonpath={.status.conditions[?(@.type==\"Available\")].status} {.status.conditions[?(@.type==\"Available\")].message}")
-                    .output()
-                    .map_err(|e| e.to_string())?;
-                let text = String::from_utf8_lossy(&out.stdout).to_string();
-                if text.starts_with("True") {
-                    Ok(())
-                } else {
-                    Err(format!("{text}\nadapter log:\n{}", adapter.log_tail(20)))
-                }
-            });
-        }
+        wait_available(cp, &installed, || adapter.log_tail(20));
         adapter
     }
 
     /// The end of the adapter's log.
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        tail(&self.log, lines)
+    }
+}
+
+/// The last `lines` lines of the file `log`.
+pub(crate) fn tail(log: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Points the APIServices `deploy/` installed (of [`APISERVICES`]) at an adapter on this
+/// host's `port`: the Service `gpu-metrics-adapter` becomes an ExternalName to localhost
+/// (the aggregator dials an ExternalName's host) and each APIService takes the port, and
+/// `ca_bundle` (PEM) where given: our adapter writes its own, another does not. Returns the
+/// APIServices installed (the external metrics one only with the component that adds it).
+pub fn route_apiservices(cp: &ControlPlane, port: u16, ca_bundle: Option<&str>) -> Vec<&'static str> {
+    cp.run(&["delete", "service", "gpu-metrics-adapter", "-n", NAMESPACE, "--ignore-not-found"]);
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: gpu-metrics-adapter, namespace: {NAMESPACE}}}\nspec:\n  \
+         type: ExternalName\n  externalName: localhost\n  ports: [{{name: https, port: {port}}}]\n"
+    ));
+    let installed: Vec<&'static str> = APISERVICES
+        .into_iter()
+        .filter(|a| cp.kubectl().args(["get", "apiservice", a]).output().is_ok_and(|o| o.status.success()))
+        .collect();
+    let bundle = ca_bundle.map(|pem| {
+        use base64::Engine as _;
+        format!(
+            ",\"caBundle\":\"{}\",\"insecureSkipTLSVerify\":false",
+            base64::engine::general_purpose::STANDARD.encode(pem)
+        )
+    });
+    for apiservice in &installed {
+        let patch = format!("{{\"spec\":{{\"service\":{{\"port\":{port}}}{}}}}}", bundle.as_deref().unwrap_or(""));
+        cp.run(&["patch", "apiservice", apiservice, "--type=merge", "-p", &patch]);
+    }
+    installed
+}
+
+/// Waits until the aggregator calls each of `apiservices` Available; `log` tells why not.
+pub fn wait_available(cp: &ControlPlane, apiservices: &[&str], log: impl Fn() -> String) {
+    for apiservice in apiservices {
+        wait_until_ok(&format!("APIService {apiservice} Available"), Duration::from_secs(90), || {
+            let out = cp
+                .kubectl()
+                .args(["get", "apiservice", apiservice, "-o"])
+                .arg("jsonpath={.status.conditions[?(@.type==\"Available\")].status} {.status.conditions[?(@.type==\"Available\")].message}")
+                .output()
+                .map_err(|e| e.to_string())?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            if text.starts_with("True") { Ok(()) } else { Err(format!("{text}\nadapter log:\n{}", log())) }
+        });
     }
 }
 

@@ -10,8 +10,8 @@
 //! attacks on a serving edge ([`attack`]). Against the real thing: a Kubernetes control
 //! plane built from its Go modules ([`control_plane`], `scripts/cluster`) with simulated
 //! nodes joined to it, their exporters on addresses of their own ([`netns`]) and the
-//! adapter behind the aggregator ([`joined`]), and an application's per-pod metrics
-//! ([`app_metrics`]). A dev-dependency only; nothing here ships.
+//! adapter behind the aggregator ([`joined`]), the real prometheus-adapter behind it in
+//! turn ([`peer_adapter`]), and an application's per-pod metrics ([`app_metrics`]). A dev-dependency only; nothing here ships.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -24,6 +24,7 @@ pub mod deploy;
 pub mod golden;
 pub mod joined;
 pub mod netns;
+pub mod peer_adapter;
 pub mod pki;
 pub mod prometheus;
 pub mod seed_hpa;
@@ -36,6 +37,22 @@ pub mod tls;
 #[must_use]
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The directory `scripts/go-tools dir <tool>` prints: a tool built from its Go module
+/// under `cluster/`, built first when the cache lacks it (scripts/test builds them before
+/// the tests that use them, so none is built inside a test's wait), or why not.
+pub fn go_tool_dir(tool: &str) -> Result<std::path::PathBuf, String> {
+    let script = simulated::workspace().join("scripts/go-tools");
+    let out = std::process::Command::new(&script)
+        .args(["dir", tool])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!("`scripts/go-tools dir {tool}` failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
 /// What a program printed and how it exited (-1: killed by a signal).

@@ -45,8 +45,13 @@ impl Ca {
 
     /// A serving certificate for `localhost` and 127.0.0.1.
     pub fn server(&self) -> Pair {
-        let mut params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
-        params.distinguished_name.push(DnType::CommonName, "localhost");
+        self.server_for(&["localhost", "127.0.0.1"])
+    }
+
+    /// A serving certificate for `names` (DNS names or IP addresses), named after the first.
+    pub fn server_for(&self, names: &[&str]) -> Pair {
+        let mut params = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, names.first().copied().unwrap_or("localhost"));
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         self.issue(params)
     }

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::simulated::{Killed, workspace};
+use crate::simulated::Killed;
 
 /// Which Prometheus a test runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,21 +113,12 @@ fn built_dir() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os("PROMETHEUS3_BIN_DIR").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir));
     }
-    let script = workspace().join("scripts/go-tools");
-    let out = Command::new(&script)
-        .args(["dir", "prometheus"])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{}: {e}", script.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "these tests need Prometheus 3 built from cluster/prometheus/go.mod, and \
-             `scripts/go-tools dir prometheus` could not give it (scripts/test builds it \
-             first and sets PROMETHEUS3_BIN_DIR):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    crate::go_tool_dir("prometheus").map_err(|e| {
+        format!(
+            "these tests need Prometheus 3 built from cluster/prometheus/go.mod (scripts/test builds it \
+             first and sets PROMETHEUS3_BIN_DIR): {e}"
+        )
+    })
 }
 
 /// `dir` holds both programs, and its prometheus is of `flavour`'s major version.

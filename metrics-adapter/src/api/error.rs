@@ -65,6 +65,24 @@ impl ApiError {
         }
     }
 
+    /// 404 for a `*` read that names no object: none of `resource` exists in `namespace`
+    /// (the cluster, for a cluster-scoped one), or none matches `selector`.
+    /// prometheus-adapter answers it so, having no name to query (v0.12.0,
+    /// `pkg/custom-provider/series_registry.go`, `QueryForMetric`); its message is the
+    /// first half of this one.
+    pub fn no_objects(resource: &str, metric: &str, namespace: Option<&str>, selector: &str) -> Self {
+        let scope = namespace.map(|ns| format!(" in namespace {ns}")).unwrap_or_default();
+        let why = if selector.is_empty() {
+            format!("no {resource} exist{scope}")
+        } else {
+            format!("no {resource}{scope} match the labelSelector {selector}")
+        };
+        ApiError::NotFound {
+            message: format!("the server could not find the metric {metric} for {resource}: {why}"),
+            details: Some(StatusDetails { name: String::new(), group: GROUP.into(), kind: resource.into() }),
+        }
+    }
+
     /// 404 for a metric that has no value for one object.
     pub fn metric_not_found_for(resource: &str, metric: &str, name: &str) -> Self {
         ApiError::NotFound {

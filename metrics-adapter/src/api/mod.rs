@@ -37,7 +37,7 @@ use crate::auth::authz::{Attributes, Authorizer, Decision};
 use crate::auth::{PeerCertificates, UserInfo};
 use crate::objects::{self, ObjectNames};
 use crate::quantity::Quantity;
-use crate::source::{self, Objects, Sources};
+use crate::source::{self, Objects, Sources, Which};
 
 /// A named readiness check.
 pub type ReadyCheck = (String, Arc<dyn Fn() -> bool + Send + Sync>);
@@ -292,6 +292,7 @@ async fn read_metric(
     let q = path::parse_query(query).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     authorize(state, user, &attributes(version, &target)).await?;
     let (resource, namespace, name, metric) = match &target {
+        Target::Namespace { namespace, metric } if namespace == "*" => ("namespaces", None, None, metric.as_str()),
         Target::Namespace { namespace, metric } => ("namespaces", None, Some(namespace.as_str()), metric.as_str()),
         Target::Objects { namespace, resource, name, metric } => {
             (resource.as_str(), namespace.as_deref(), name.as_deref(), metric.as_str())
@@ -316,6 +317,13 @@ async fn read_metric(
         // prometheus-adapter does (crate::objects).
         (None, Some(existing)) => {
             let picked = existing.select(resource, namespace, &q.label_selector).await.map_err(objects_error)?;
+            // prometheus-adapter's rules answer 404 when nothing is selected; the direct
+            // source's GPU metrics keep their empty list (`check-api` and `helm test`
+            // report "0 pods" from it in a namespace without GPU pods).
+            if picked.names.is_empty() && which == Which::Prometheus {
+                let selector = q.label_selector.to_string();
+                return Err(ApiError::no_objects(resource, metric, namespace, &selector));
+            }
             among = picked.among;
             Objects::Names(picked.names)
         }

@@ -22,7 +22,7 @@ use crate::selector::{ParseError, Selector, is_dns1123_subdomain};
 pub enum Target {
     /// A metric describing a namespace object (`namespaces/{ns}/metrics/{metric}`).
     Namespace {
-        /// The namespace.
+        /// The namespace, or `*` for every one.
         namespace: String,
         /// Metric name.
         metric: String,
@@ -137,8 +137,12 @@ fn parse_rest(rest: &str) -> Result<ApiPath> {
     let s: Vec<&str> = segs[1..].iter().map(String::as_str).collect();
     let target = match s.as_slice() {
         [] => return Ok(ApiPath::Version(version)),
+        // `namespaces/*/metrics/{metric}`: every namespace's own metric (a label selector
+        // picks among them), as custom-metrics-apiserver routes it.
         ["namespaces", ns, "metrics", metric] => {
-            check_namespace(ns)?;
+            if *ns != "*" {
+                check_namespace(ns)?;
+            }
             Target::Namespace { namespace: (*ns).to_owned(), metric: check_metric(metric)? }
         }
         ["namespaces", ns, resource, name, metric] => {
@@ -250,6 +254,10 @@ mod tests {
                 Version::V1Beta2,
                 Target::Namespace { namespace: "ai".into(), metric: "gpu_memory_used_bytes".into() }
             )
+        );
+        assert_eq!(
+            ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/%2A/metrics/quota_used"),
+            ApiPath::Metric(Version::V1Beta2, Target::Namespace { namespace: "*".into(), metric: "quota_used".into() })
         );
         assert_eq!(
             ok("/apis/custom.metrics.k8s.io/v1beta2/nodes/gpu-node-1/gpu_utilization"),

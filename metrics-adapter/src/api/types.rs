@@ -1,6 +1,8 @@
 //! The wire types of `custom.metrics.k8s.io` and `meta/v1`, shaped exactly as the Go
 //! structs serialize: `MetricValueList` in v1beta1 (`metricName`, `window`, `selector`
-//! written even when null) and v1beta2 (`metric.name`, `metric.selector` omitted when empty,
+//! written even when null) and v1beta2 (`metric.name`, `metric.selector` also written as
+//! `null` when unset: k8s.io/metrics v0.30.0 `pkg/apis/custom_metrics/v1beta2/types.go`
+//! declares it `json:"selector"`, without `omitempty`, and prometheus-adapter writes it so;
 //! `windowSeconds`), `ObjectReference` with `apiVersion` as Go adapters write it (`/v1` for
 //! the core group), `metav1.Time` as RFC 3339 seconds in UTC, `metav1.Status`, and the
 //! discovery documents (`APIGroupList`, `APIGroup`, `APIResourceList`).
@@ -107,7 +109,7 @@ fn push_json_str(out: &mut String, s: &str) {
 /// Serializes a `MetricValueList` in the given version, field for field as the Go structs
 /// encode: v1beta1 items are `describedObject`, `metricName`, `timestamp`, `window`
 /// (omitted when unset), `value`, `selector` (written as `null` when unset); v1beta2 items
-/// are `describedObject`, `metric` (`name`, `selector` omitted when unset), `timestamp`,
+/// are `describedObject`, `metric` (`name`, `selector`, `null` when unset), `timestamp`,
 /// `windowSeconds` (omitted when unset), `value`. The parts every item shares are encoded
 /// once per list.
 pub fn metric_value_list<'a>(
@@ -134,10 +136,8 @@ pub fn metric_value_list<'a>(
         Version::V1Beta2 => {
             middle.push_str("\"metric\":{\"name\":");
             push_json_str(&mut middle, ctx.metric);
-            if let Some(sel) = &selector {
-                middle.push_str(",\"selector\":");
-                middle.push_str(sel);
-            }
+            middle.push_str(",\"selector\":");
+            middle.push_str(selector.as_deref().unwrap_or("null"));
             middle.push('}');
         }
     }
@@ -424,7 +424,7 @@ mod tests {
         let json = list(Version::V1Beta2, &ctx(None), vec![item(None)]);
         assert_eq!(
             json,
-            r#"{"kind":"MetricValueList","apiVersion":"custom.metrics.k8s.io/v1beta2","metadata":{},"items":[{"describedObject":{"kind":"Pod","namespace":"ai-inference","name":"inference-pool-0","apiVersion":"/v1"},"metric":{"name":"gpu_utilization"},"timestamp":"2024-05-01T12:00:00Z","value":"850m"}]}"#
+            r#"{"kind":"MetricValueList","apiVersion":"custom.metrics.k8s.io/v1beta2","metadata":{},"items":[{"describedObject":{"kind":"Pod","namespace":"ai-inference","name":"inference-pool-0","apiVersion":"/v1"},"metric":{"name":"gpu_utilization","selector":null},"timestamp":"2024-05-01T12:00:00Z","value":"850m"}]}"#
         );
         let sel = Selector::parse("mig_profile=3g.40gb").unwrap().to_label_selector();
         let json = list(Version::V1Beta2, &ctx(Some(&sel)), vec![item(Some(60))]);

@@ -8,6 +8,7 @@
 pub mod kubectl;
 pub mod kustomize;
 pub mod node;
+pub mod timing;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -253,12 +254,17 @@ pub type TlsClient =
     Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Empty<Bytes>>;
 
 pub fn tls_client(pki: &Pki, identity: Option<&Pair>) -> TlsClient {
+    https_client(client_config(pki, identity))
+}
+
+/// An HTTPS client (HTTP/1.1 and HTTP/2) with the TLS settings of `config`.
+pub fn https_client(config: rustls::ClientConfig) -> TlsClient {
     // TCP_NODELAY, as Go clients (the aggregator, kubectl) set it by default.
     let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
     tcp.set_nodelay(true);
     tcp.enforce_http(false);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(client_config(pki, identity))
+        .with_tls_config(config)
         .https_only()
         .enable_http1()
         .enable_http2()

@@ -110,7 +110,11 @@ fn run(stop: &AtomicBool, seed_windows: bool) {
     }
     let _adapter = Adapter::start(
         &cp,
-        &AdapterOptions { prometheus: Some((prometheus.url(), rules)), scrape_interval: Some("5s".into()) },
+        &AdapterOptions {
+            prometheus: Some((prometheus.url(), rules)),
+            scrape_interval: Some("5s".into()),
+            args: vec![],
+        },
     );
     if stop.load(Ordering::SeqCst) {
         return;
